@@ -1,0 +1,21 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="scinol-stream",
+    version="0.1.0",
+    description="Parameter-free, scale-invariant online learning of linear models, streamed with Apache Beam and Kafka",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["learners", "learners.*", "pipelines", "pipelines.*", "schemas", "schemas.*"]),
+    package_data={"schemas": ["*.avsc", "*.json"]},
+    install_requires=[
+        "numpy>=1.26",
+        "numba>=0.60",  # compiled batch kernels (DESIGN.md §1)
+    ],
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6.100"],
+        "bench": ["vowpalwabbit"],
+    },
+    entry_points={"console_scripts": ["scinol=pipelines.cli:main"]},
+)
