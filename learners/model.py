@@ -1,0 +1,220 @@
+"""The user-facing online linear model.
+
+Three ways in, one state:
+
+- batch, online semantics: ``learn(X, y)`` returns the progressive scores
+  (each made before learning from its example), like VW's ``-p``;
+- River-style: ``learn_one(x, y)``, ``predict_one(x)``, ``predict_proba_one(x)``
+  on dicts ``{feature: value}``;
+- scikit-learn-style: ``partial_fit``, ``decision_function``, ``predict``,
+  ``predict_proba``.
+
+The state is one shard of the learner protocol (:mod:`learners.protocol`),
+driven by the algorithm's compiled batch kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import __version__
+from .hashing import FeatureHasher
+from .inputs import CSRBatch, as_batch
+from .losses import BINARY_LOSSES, loss_code, prepare_labels, probabilities
+from .registry import make_algorithm
+from .state import StateFileError, load_state, save_state
+
+
+class OnlineLearner:
+    """An online linear model: an algorithm (by name) plus a loss.
+
+    ``bias`` adds a constant feature 1 (coordinate 0; input feature i is
+    coordinate i + 1). String feature names are hashed into 2^``hash_bits``
+    slots. ``n_classes`` is needed for the softmax loss (or give ``classes``
+    to the first ``partial_fit``). Other keyword arguments are the
+    algorithm's parameters (e.g. ``eps`` for ScInOL).
+    """
+
+    def __init__(self, algorithm="scinol2", loss="logistic", *, n_classes=None, bias=True,
+                 hash_bits=18, hash_seed=0, **params):
+        self.algorithm = make_algorithm(algorithm, **params) if isinstance(algorithm, str) else algorithm
+        self.loss = loss
+        self._loss = loss_code(loss)
+        if loss == "softmax":
+            if n_classes is not None and int(n_classes) < 2:
+                raise ValueError(f"softmax loss needs at least 2 classes, not {n_classes!r}")
+        elif n_classes not in (None, 1, 2):
+            raise ValueError(f"n_classes={n_classes!r} needs loss='softmax' (got loss={loss!r})")
+        self.n_classes = int(n_classes) if loss == "softmax" and n_classes is not None else None
+        self.bias = bool(bias)
+        self.hasher = FeatureHasher(hash_bits, hash_seed)
+        self.classes_ = None
+        self.state = None
+
+    # -- bookkeeping ----------------------------------------------------------
+    @property
+    def n_outputs(self) -> int:
+        return self.n_classes if self.loss == "softmax" else 1
+
+    @property
+    def n_examples(self) -> int:
+        """Examples learned from so far (the trial count t)."""
+        return 0 if self.state is None else int(self.state.scalars["t"])
+
+    def _ensure_state(self, n_features: int) -> None:
+        if self.loss == "softmax" and self.n_classes is None:
+            raise ValueError("softmax loss: give n_classes when creating the learner, or classes= to partial_fit")
+        n_coords = n_features + self.bias
+        if self.state is None:
+            self.state = self.algorithm.init_state(max(n_coords, 1), self.n_outputs)
+        else:
+            self.state.grow(n_coords)
+
+    def _batch(self, X):
+        batch = as_batch(X, self.hasher)
+        if isinstance(batch, CSRBatch):
+            return batch, batch.n_rows, batch.max_index() + 1
+        return batch, batch.shape[0], batch.shape[1]
+
+    def _run(self, X, y) -> tuple[np.ndarray, np.ndarray]:
+        batch, n, d = self._batch(X)
+        if y.shape[0] != n:
+            raise ValueError(f"{n} rows of features but {y.shape[0]} labels")
+        self._ensure_state(d)
+        scores = np.empty((n, self.n_outputs))
+        losses = np.empty(n)
+        if isinstance(batch, CSRBatch):
+            self.algorithm.learn_csr(self.state, batch.indptr, batch.indices, batch.data, self.bias,
+                                     y, self._loss, scores, losses)
+        else:
+            self.algorithm.learn_dense(self.state, batch, self.bias, y, self._loss, scores, losses)
+        return scores, losses
+
+    def _shape(self, scores: np.ndarray) -> np.ndarray:
+        return scores[:, 0] if self.n_outputs == 1 else scores
+
+    # -- batch API, online semantics ----------------------------------------
+    def learn(self, X, y, *, return_losses: bool = False):
+        """Learn from each row in order; returns the score ŷ_t made for each
+        row before learning from it (shape (n,), or (n, K) for softmax).
+        A NaN label means "predict only". With ``return_losses`` also returns
+        each row's loss (NaN where unlabelled)."""
+        y = prepare_labels(self.loss, y, self.n_classes or 1)
+        scores, losses = self._run(X, y)
+        return (self._shape(scores), losses) if return_losses else self._shape(scores)
+
+    def decision_function(self, X) -> np.ndarray:
+        """Raw scores ŷ without learning."""
+        batch, n, _ = self._batch(X)
+        if self.state is None:
+            self._ensure_state(0)
+        return self._shape(self._run(batch, np.full(n, np.nan))[0])
+
+    # -- scikit-learn style ---------------------------------------------------
+    def _labels_from_classes(self, y, classes):
+        y = np.asarray(y).reshape(-1)
+        if self.loss not in BINARY_LOSSES and self.loss != "softmax":
+            return prepare_labels(self.loss, y)
+        if classes is not None and self.classes_ is None:
+            self.classes_ = np.unique(np.asarray(classes))
+            if self.loss == "softmax" and self.n_classes is None:
+                self.n_classes = len(self.classes_)
+        if self.classes_ is None:
+            if self.loss == "softmax":
+                return prepare_labels(self.loss, y, self.n_classes)
+            seen = set(np.unique(y).tolist())
+            self.classes_ = np.array([0, 1] if seen <= {0, 1} else [-1, 1])
+        expected = 2 if self.loss in BINARY_LOSSES else self.n_classes
+        if len(self.classes_) != expected:
+            raise ValueError(f"{self.loss} loss needs {expected} classes, got {list(self.classes_)}")
+        pos = np.searchsorted(self.classes_, y)
+        pos = np.clip(pos, 0, len(self.classes_) - 1)
+        unknown = self.classes_[pos] != y
+        if unknown.any():
+            first = int(np.flatnonzero(unknown)[0])
+            raise ValueError(f"label {y[first]!r} at position {first} is not one of the classes {list(self.classes_)}")
+        return np.where(pos == 1, 1.0, -1.0) if self.loss in BINARY_LOSSES else pos.astype(np.float64)
+
+    def partial_fit(self, X, y, classes=None):
+        y = self._labels_from_classes(y, classes)
+        self._run(X, y)
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        scores = self.decision_function(X)
+        if self.loss in BINARY_LOSSES:
+            classes = self.classes_ if self.classes_ is not None else np.array([-1, 1])
+            return classes[(scores > 0).astype(int)]
+        if self.loss == "softmax":
+            top = np.argmax(scores, axis=1)
+            return self.classes_[top] if self.classes_ is not None else top
+        return scores
+
+    def predict_proba(self, X) -> np.ndarray:
+        p = probabilities(self.loss, np.atleast_1d(self.decision_function(X)).reshape(-1, self.n_outputs))
+        return np.column_stack([1.0 - p, p]) if self.loss == "logistic" else p
+
+    # -- River style ------------------------------------------------------------
+    def learn_one(self, x: dict, y) -> None:
+        self.learn([x], [y])
+
+    def predict_one(self, x: dict):
+        """The class for classification losses, the score for regression."""
+        return self.predict([x])[0]
+
+    def predict_proba_one(self, x: dict) -> dict:
+        p = self.predict_proba([x])[0]
+        if self.loss == "logistic":
+            classes = self.classes_ if self.classes_ is not None else [-1, 1]
+        else:
+            classes = self.classes_ if self.classes_ is not None else range(len(p))
+        return {(c.item() if hasattr(c, "item") else c): float(v) for c, v in zip(classes, p)}
+
+    # -- the model as it stands -----------------------------------------------
+    def weights(self) -> np.ndarray:
+        """Current weights, (n_coords, n_outputs); row 0 is the bias if any."""
+        if self.state is None:
+            return np.zeros((self.bias, self.n_outputs))
+        return self.algorithm.weights(self.state)
+
+    def header(self) -> dict:
+        return {
+            "library": "scinol-stream",
+            "library_version": __version__,
+            "learner": self.algorithm.name,
+            "params": self.algorithm.params,
+            "loss": self.loss,
+            "n_outputs": self.n_outputs,
+            "bias": self.bias,
+            "hash_bits": self.hasher.bits,
+            "hash_seed": self.hasher.seed,
+            "classes": None if self.classes_ is None else self.classes_.tolist(),
+        }
+
+    def save(self, path: str) -> None:
+        self._ensure_state(0)
+        save_state(path, self.state, self.header())
+
+    @classmethod
+    def load(cls, path: str) -> "OnlineLearner":
+        state, meta = load_state(path)
+        try:
+            model = cls(meta["learner"], meta["loss"], n_classes=meta["n_outputs"] if meta["loss"] == "softmax" else None,
+                        bias=meta["bias"], hash_bits=meta["hash_bits"], hash_seed=meta["hash_seed"], **meta["params"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateFileError(f"{path}: header does not describe a learner ({exc})") from None
+        expected = model.algorithm.init_state(1, model.n_outputs)
+        for name, arr in expected.arrays.items():
+            got = state.arrays.get(name)
+            if got is None or got.shape[1:] != arr.shape[1:] or got.dtype != arr.dtype:
+                raise StateFileError(f"{path}: array {name!r} missing or of the wrong shape for {meta['learner']}")
+        if set(state.arrays) != set(expected.arrays) or set(state.scalars) != set(expected.scalars):
+            raise StateFileError(f"{path}: state fields do not match {meta['learner']}")
+        if not all(math.isfinite(v) for v in state.scalars.values()):
+            raise StateFileError(f"{path}: non-finite global scalar")
+        if meta.get("classes") is not None:
+            model.classes_ = np.array(meta["classes"])
+        model.state = state
+        return model
