@@ -1,0 +1,95 @@
+"""The ``scinol`` command line.
+
+Every failure the user can cause (bad options, unreadable or malformed
+files, bad labels, bad model files) ends with one line on stderr,
+``scinol: error: ...``, and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """An error to report in one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not argparse's usage dump
+        command = self.prog.split()[1:]
+        raise UsageError(" ".join(command + [message]) if not command else f"{command[0]}: {message}")
+
+
+def _learn_parser(sub) -> None:
+    p = sub.add_parser("learn", help="learn online from a CSV or libsvm file, VW style",
+                       description="One online pass (or --passes N) over DATA; prints the progressive "
+                                   "average loss at every power of two examples.")
+    p.add_argument("data", metavar="DATA", help="CSV or libsvm/svmlight file (.gz is fine)")
+    p.add_argument("--format", choices=["csv", "libsvm"], help="file format (default: from the extension)")
+    p.add_argument("--label", default=None, help="CSV label column: header name or 0-based index (default: first column)")
+    p.add_argument("--header", choices=["auto", "yes", "no"], default="auto", help="CSV header line (default: auto)")
+    p.add_argument("--delimiter", default=None, help="CSV delimiter (default: sniffed from , ; tab)")
+    p.add_argument("--learner", default=None, help="learning algorithm (default: scinol2)")
+    p.add_argument("--loss", default=None, help="logistic (labels ±1 or 0/1), hinge, absolute, squared, softmax (labels 0..K-1); default: logistic")
+    p.add_argument("--n-classes", type=int, default=None, help="number of classes for softmax (default: largest label + 1)")
+    p.add_argument("--eps", type=float, default=None, help="ScInOL's ε (default 1; affects constants only)")
+    p.add_argument("--no-bias", action="store_true", help="do not add the constant bias feature")
+    p.add_argument("--passes", type=int, default=1, help="passes over the data (default 1)")
+    p.add_argument("-p", "--predictions", metavar="FILE", help="write ŷ_t (made before learning from example t), one line per example")
+    p.add_argument("--save", metavar="FILE", help="save the final model")
+    p.add_argument("--load", metavar="FILE", help="start from a saved model (its learner, loss and bias are used)")
+    p.add_argument("--batch-size", type=int, default=4096, help="examples per compiled-kernel call (no effect on results)")
+    p.add_argument("--quiet", action="store_true", help="no progress table")
+
+
+def _generate_parser(sub) -> None:
+    p = sub.add_parser("generate", help="write a generated data set to a file",
+                       description="Data sets from the seed papers, written as CSV (label column 'y') or libsvm.")
+    p.add_argument("name", choices=["toy"], help="toy: the illustrative data of seed 000 §4.1 (21 features, scales 2^-10..2^10)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE")
+    p.add_argument("--n", type=int, default=5000, help="number of examples (default 5000)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--format", choices=["csv", "libsvm"], default="csv")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="scinol", description="Parameter-free, scale-invariant online learning of linear models.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _learn_parser(sub)
+    _generate_parser(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    from learners.losses import LabelError
+    from learners.state import StateFileError
+
+    from .datafiles import DataError
+
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "learn":
+            from .learn_command import run_learn
+
+            return run_learn(args)
+        if args.command == "generate":
+            from .learn_command import run_generate
+
+            return run_generate(args)
+    except (UsageError, DataError, StateFileError, LabelError) as exc:
+        print(f"scinol: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"scinol: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("scinol: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

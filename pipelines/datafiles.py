@@ -1,0 +1,371 @@
+"""Streaming readers for CSV and libsvm/svmlight files.
+
+A reader turns a (possibly gzipped) file into CSR `Batch`es for an online
+learner and reports bad content as `DataError("path:line:column: message")`.
+
+Both readers keep the per-line hot path small: a row is converted with
+plain float()/int() calls, and only when that fails (or yields something
+suspicious) is the row re-checked slowly to produce the precise error and
+its column.  Batch arrays are built with numpy once per batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import gzip
+import itertools
+import math
+import re
+import zlib
+from typing import Iterator, NamedTuple
+
+import numpy as np
+
+__all__ = ["DataError", "Batch", "Reader", "CsvReader", "LibsvmReader",
+           "guess_format", "open_reader"]
+
+_CSV_EXTS = (".csv", ".tsv")
+_LIBSVM_EXTS = (".libsvm", ".svm", ".svmlight", ".lsvm")
+_MAX_INDEX = np.iinfo(np.int64).max
+_INT_RE = re.compile(r"\s*[+-]?\d+\s*")
+
+
+class DataError(ValueError):
+    """Bad input file content, located as path:line:column (1-based).
+
+    line/column are 0 when not applicable; a 0 part is left out of the
+    message, so str(e) is "path:line:col: msg", "path:line: msg" or
+    "path: msg".
+    """
+
+    def __init__(self, path, line: int, column: int, message: str):
+        self.path, self.line, self.column, self.message = str(path), line, column, message
+        where = self.path
+        if line:
+            where += f":{line}" + (f":{column}" if column else "")
+        super().__init__(f"{where}: {message}")
+
+    def __reduce__(self):  # keep picklable (e.g. across multiprocessing)
+        return (type(self), (self.path, self.line, self.column, self.message))
+
+
+class Batch(NamedTuple):
+    indptr: np.ndarray   # int64, len n+1
+    indices: np.ndarray  # int64 feature indices, sorted within each row
+    data: np.ndarray     # float64 values, exact zeros dropped
+    y: np.ndarray        # float64 labels, len n
+    lines: np.ndarray    # int64 1-based line number of each example
+
+
+def guess_format(path: str) -> str:
+    name = str(path).lower()
+    if name.endswith(".gz"):
+        name = name[:-3]
+    if name.endswith(_CSV_EXTS):
+        return "csv"
+    if name.endswith(_LIBSVM_EXTS):
+        return "libsvm"
+    raise DataError(path, 0, 0, "cannot guess the format from the extension; pass --format csv|libsvm")
+
+
+def open_reader(path, fmt=None, *, label=None, header="auto", delimiter=None) -> "Reader":
+    path = str(path)
+    fmt = fmt or guess_format(path)
+    if fmt == "csv":
+        return CsvReader(path, label=label, header=header, delimiter=delimiter)
+    if fmt == "libsvm":
+        return LibsvmReader(path)  # label/header/delimiter do not apply
+    raise DataError(path, 0, 0, f"unknown format {fmt!r}; use csv or libsvm")
+
+
+# ----------------------------------------------------------------- helpers
+
+def _open_text(path: str, newline=None):
+    # utf-8-sig: a BOM (as written by Excel) must not end up in the first header name.
+    if path.lower().endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline=newline)
+    return open(path, encoding="utf-8-sig", newline=newline)
+
+
+@contextlib.contextmanager
+def _read_errors(path: str):
+    """Turn I/O and decoding failures (also those surfacing mid-file, e.g. a
+    truncated or non-gzip .gz) into DataError(path, 0, 0, "cannot read: ...")."""
+    try:
+        yield
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as e:
+        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise DataError(path, 0, 0, f"cannot read: {reason}") from e
+
+
+def _indptr(row_ids: np.ndarray, n: int) -> np.ndarray:
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row_ids, minlength=n), out=indptr[1:])
+    return indptr
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+class Reader:
+    """Common interface of CsvReader and LibsvmReader."""
+
+    path: str
+    feature_names: list[str] | None = None
+    n_features: int | None = None
+
+    def batches(self, batch_size: int = 4096) -> Iterator[Batch]:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------- CSV
+
+class CsvReader(Reader):
+    def __init__(self, path, *, label=None, header="auto", delimiter=None):
+        self.path = path = str(path)
+        with _read_errors(path), _open_text(path) as f:
+            first = next((text for text in f if text.strip()), None)
+        if first is None:
+            raise DataError(path, 0, 0, "empty file")
+        if delimiter is None:  # the most frequent candidate; ties and "none found" go to ','
+            delimiter = max([",", ";", "\t"], key=first.count)
+        self._delim = {"\\t": "\t", "tab": "\t"}.get(delimiter, delimiter)
+
+        with contextlib.closing(self._records()) as records:
+            line, _, row = next(records)
+        n = len(row)
+        if header == "auto":
+            has_header = not all(_is_float(field) for field in row)
+        elif header in ("yes", True):
+            has_header = True
+        elif header in ("no", False):
+            has_header = False
+        else:
+            raise ValueError(f"header must be 'auto', 'yes' or 'no', not {header!r}")
+        names = [field.strip() for field in row] if has_header else None
+
+        if label is None:
+            col = 0
+        elif isinstance(label, int) or _INT_RE.fullmatch(label):
+            col = int(label)
+            if not -n <= col < n:
+                raise DataError(path, line, 0, f"label column index {col} out of range (the file has {n} columns)")
+            col %= n
+        elif names is None:
+            raise DataError(path, line, 0, f"label column {label!r} named but the file has no header; give its index instead")
+        elif label not in names:
+            raise DataError(path, line, 0, f"no label column {label!r} in header (columns: {', '.join(names)})")
+        else:
+            col = names.index(label)
+
+        self._n_fields, self._label_col, self._has_header = n, col, has_header
+        self._feature_cols = np.array([c for c in range(n) if c != col], dtype=np.int64)
+        self._col_names = names if names is not None else list(range(n))  # for messages
+        self.n_features = n - 1
+        self.feature_names = ([names[c] for c in self._feature_cols] if names is not None
+                              else [f"c{j}" for j in range(n - 1)])
+
+    def _records(self):
+        """Yield (first_line, last_line, fields) for each non-blank CSV record."""
+        last = 0
+        try:
+            with _read_errors(self.path), _open_text(self.path, newline="") as f:
+                # skipinitialspace so that `1, "a,b"` is read as a quoted field.
+                reader = csv.reader(f, delimiter=self._delim, skipinitialspace=True)
+                for row in reader:
+                    start, last = last + 1, reader.line_num
+                    if len(row) <= 1 and (not row or not row[0].strip()):
+                        continue  # blank or whitespace-only line
+                    yield start, last, row
+        except csv.Error as e:
+            raise DataError(self.path, last + 1, 0, f"malformed CSV: {e}") from e
+
+    def batches(self, batch_size: int = 4096) -> Iterator[Batch]:
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        n = self._n_fields
+        rows, lines = [], []
+        records = self._records()
+        if self._has_header:
+            records = itertools.islice(records, 1, None)
+        for start, end, row in records:
+            if len(row) != n:
+                raise DataError(self.path, start, 0, f"expected {n} fields, found {len(row)}")
+            try:
+                values = list(map(float, row))
+                total = sum(values)
+                ok = total - total == 0  # False iff some value is nan/inf (or the sum overflows)
+            except ValueError:
+                ok = False
+            if not ok:
+                values = self._check_row(start, end, row)  # raises the precise error
+            rows.append(values)
+            lines.append(start)
+            if len(rows) == batch_size:
+                yield self._batch(rows, lines)
+                rows, lines = [], []
+        if rows:
+            yield self._batch(rows, lines)
+
+    def _batch(self, rows, lines) -> Batch:
+        dense = np.array(rows, dtype=np.float64).reshape(len(rows), self._n_fields)
+        x = dense[:, self._feature_cols]
+        r, c = np.nonzero(x)  # row-major order: indices come out sorted within rows
+        return Batch(_indptr(r, len(rows)), c.astype(np.int64), x[r, c],
+                     dense[:, self._label_col].copy(), np.array(lines, dtype=np.int64))
+
+    def _check_row(self, start, end, row) -> list[float]:
+        for j, field in enumerate(row):
+            text, name = field.strip(), self._col_names[j]
+            if not text:
+                message = f"empty value in column {name!r}"
+            elif not _is_float(text):
+                message = f"non-numeric value {text!r} in column {name!r}"
+            elif not math.isfinite(float(text)):
+                message = f"non-finite value {text!r} in column {name!r}"
+            else:
+                continue
+            raise DataError(self.path, *self._locate(start, end, j), message)
+        return [float(field) for field in row]  # all fine; only the fast check's sum overflowed
+
+    def _locate(self, start, end, j):
+        """(line, column) of field j of the record on lines start..end.
+
+        The csv module does not report positions, so re-read the record (errors
+        only) and rescan it, mirroring csv.reader's quoting rules.  The column
+        points at the field's first non-blank character, or its start if blank.
+        """
+        with _read_errors(self.path), _open_text(self.path, newline="") as f:
+            text = "".join(itertools.islice(f, start - 1, end))
+        pos = _field_start(text, j, self._delim)
+        k = pos
+        while k < len(text) and text[k] in " \t" and text[k] != self._delim:
+            k += 1
+        if k < len(text) and text[k] not in (self._delim, "\r", "\n"):
+            pos = k
+        line_start = text.rfind("\n", 0, pos) + 1
+        return start + text.count("\n", 0, pos), pos - line_start + 1
+
+
+def _field_start(text: str, j: int, delim: str) -> int:
+    """Offset of field j in the CSV record `text` (csv.reader's default dialect
+    with skipinitialspace: a quote only opens a field at its start, "" inside
+    quotes is a literal quote)."""
+    field, state = 0, "start"
+    for i, ch in enumerate(text):
+        if field == j:
+            return i
+        if state == "quoted":
+            state = "closed" if ch == '"' else "quoted"
+        elif ch == delim:
+            field, state = field + 1, "start"
+            if field == j:
+                return i + 1
+        elif state == "start" and ch == " ":
+            pass
+        elif ch == '"' and state in ("start", "closed"):
+            state = "quoted"
+        else:
+            state = "plain"
+    return len(text)
+
+
+# ------------------------------------------------------------------ libsvm
+
+class LibsvmReader(Reader):
+    def __init__(self, path):
+        self.path = str(path)
+        with _read_errors(self.path), _open_text(self.path) as f:
+            f.read(1)  # surface open errors (missing file, not gzip, ...) now
+
+    def batches(self, batch_size: int = 4096) -> Iterator[Batch]:
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        ys, lines, counts, indices, values = [], [], [], [], []
+        with _read_errors(self.path), _open_text(self.path) as f:
+            for lineno, raw in enumerate(f, 1):
+                text = raw.partition("#")[0]
+                tokens = text.split()
+                if not tokens:
+                    continue
+                try:
+                    y = float(tokens[0])
+                    idx, val = [], []
+                    for token in tokens[1:]:
+                        k, _, v = token.partition(":")
+                        if k != "qid":
+                            idx.append(int(k))
+                            val.append(float(v))
+                    total = y + sum(val)
+                    ok = (total - total == 0 and len(set(idx)) == len(idx)
+                          and (not idx or (min(idx) >= 0 and max(idx) <= _MAX_INDEX)))
+                except ValueError:
+                    ok = False
+                if not ok:
+                    y, idx, val = _parse_libsvm_line(self.path, lineno, text)
+                ys.append(y)
+                lines.append(lineno)
+                counts.append(len(idx))
+                indices += idx
+                values += val
+                if len(ys) == batch_size:
+                    yield _libsvm_batch(ys, lines, counts, indices, values)
+                    ys, lines, counts, indices, values = [], [], [], [], []
+        if ys:
+            yield _libsvm_batch(ys, lines, counts, indices, values)
+
+
+def _libsvm_batch(ys, lines, counts, indices, values) -> Batch:
+    n = len(ys)
+    rows = np.repeat(np.arange(n), counts)
+    ind = np.array(indices, dtype=np.int64)
+    val = np.array(values, dtype=np.float64)
+    keep = val != 0
+    rows, ind, val = rows[keep], ind[keep], val[keep]
+    order = np.lexsort((ind, rows))  # by row, then by index
+    return Batch(_indptr(rows, n), ind[order], val[order],
+                 np.array(ys, dtype=np.float64), np.array(lines, dtype=np.int64))
+
+
+def _parse_libsvm_line(path, lineno, text):
+    """Slow, careful parse of one libsvm line; raises DataError at the first
+    bad token (column = where the token starts)."""
+    tokens = [(m.start() + 1, m.group()) for m in re.finditer(r"\S+", text)]
+    col, label = tokens[0]
+    if not _is_float(label):
+        raise DataError(path, lineno, col, f"non-numeric value {label!r} for the label")
+    y = float(label)
+    if not math.isfinite(y):
+        raise DataError(path, lineno, col, f"non-finite value {label!r} for the label")
+    idx, val, seen = [], [], set()
+    for col, token in tokens[1:]:
+        k, sep, v = token.partition(":")
+        if k == "qid":
+            continue
+        if not (k and sep and v):
+            raise DataError(path, lineno, col, f"malformed feature token {token!r} (expected index:value)")
+        try:
+            i = int(k)
+        except ValueError:
+            raise DataError(path, lineno, col, f"non-integer feature index {k!r}") from None
+        if i < 0:
+            raise DataError(path, lineno, col, f"negative feature index {i}")
+        if i > _MAX_INDEX:
+            raise DataError(path, lineno, col, f"feature index {i} too large")
+        if not _is_float(v):
+            raise DataError(path, lineno, col, f"non-numeric value {v!r} for feature {i}")
+        x = float(v)
+        if not math.isfinite(x):
+            raise DataError(path, lineno, col, f"non-finite value {v!r} for feature {i}")
+        if i in seen:
+            raise DataError(path, lineno, col, f"duplicate feature index {i}")
+        seen.add(i)
+        idx.append(i)
+        val.append(x)
+    return y, idx, val
