@@ -34,7 +34,7 @@ def _check_finite(values: np.ndarray, where) -> None:
     bad = ~np.isfinite(values)
     if bad.any():
         first = int(np.flatnonzero(bad.reshape(-1))[0])
-        raise ValueError(f"non-finite feature value {values.reshape(-1)[first]!r} at {where(first)}")
+        raise ValueError(f"non-finite feature value {float(values.reshape(-1)[first])!r} at {where(first)}")
 
 
 def dense_batch(X) -> np.ndarray:

@@ -60,19 +60,19 @@ def prepare_labels(loss: str, y, n_classes: int = 1) -> np.ndarray:
     labelled = ~np.isnan(y)
     if np.isinf(y).any():
         bad = int(np.flatnonzero(np.isinf(y))[0])
-        raise LabelError(bad, f"is {y[bad]!r}, not a finite number")
+        raise LabelError(bad, f"is {float(y[bad])!r}, not a finite number")
     if loss in BINARY_LOSSES:
         ok = (y == 1.0) | (y == -1.0) | (y == 0.0) | ~labelled
         if not ok.all():
             bad = int(np.flatnonzero(~ok)[0])
-            raise LabelError(bad, f"is {y[bad]!r}; {loss} loss takes labels -1/+1 (or 0/1, 0 read as -1)")
+            raise LabelError(bad, f"is {float(y[bad])!r}; {loss} loss takes labels -1/+1 (or 0/1, 0 read as -1)")
         y = np.where(y == 0.0, -1.0, y)
     elif loss == "softmax":
         ok = ((y >= 0) & (y < n_classes) & (y == np.floor(y))) | ~labelled
         if not ok.all():
             bad = int(np.flatnonzero(~ok)[0])
             raise LabelError(
-                bad, f"is {y[bad]!r}; softmax loss with {n_classes} classes takes labels 0..{n_classes - 1}"
+                bad, f"is {float(y[bad])!r}; softmax loss with {n_classes} classes takes labels 0..{n_classes - 1}"
             )
     return y
 

@@ -134,7 +134,9 @@ class OnlineLearner:
         unknown = self.classes_[pos] != y
         if unknown.any():
             first = int(np.flatnonzero(unknown)[0])
-            raise ValueError(f"label {y[first]!r} at position {first} is not one of the classes {list(self.classes_)}")
+            raise ValueError(
+                f"label {y.tolist()[first]!r} at position {first} is not one of the classes {self.classes_.tolist()}"
+            )
         return np.where(pos == 1, 1.0, -1.0) if self.loss in BINARY_LOSSES else pos.astype(np.float64)
 
     def partial_fit(self, X, y, classes=None):

@@ -1,0 +1,123 @@
+"""The compiled kernels against the slow literal reference (tests/reference.py)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from gen import BINARY, REGRESSION, features, labels, to_csr
+from learners import OnlineLearner
+from learners.scinol import ScInOL
+from reference import ReferenceScInOL
+
+RTOL = 1e-12
+CASES = [(v, loss) for v in (1, 2) for loss in BINARY + REGRESSION + ("softmax",)]
+
+
+def reference_run(variant, X, y, loss, n_outputs, bias):
+    ref = ReferenceScInOL(variant, X.shape[1] + bias, n_outputs)
+    scores, scales = [], []
+    for row, label in zip(X, y):
+        x = ([1.0] if bias else []) + row.tolist()
+        yhat, scale, _ = ref.step(x, float(label), loss)
+        scores.append(yhat)
+        scales.append(scale)
+    return np.array(scores), np.array(scales), ref
+
+
+def assert_scores_match(got, want, scale):
+    """|ŷ - ŷ_ref| within RTOL of Σ_j |x_j w_j|: a dot product is only as
+    exact as the magnitude of its terms."""
+    got = got.reshape(want.shape)
+    err = np.abs(got - want)
+    bound = RTOL * scale + 1e-300
+    worst = np.unravel_index(np.argmax(err / bound), err.shape)
+    assert np.all(err <= bound), f"row {worst[0]}: kernel {got[worst]!r} vs reference {want[worst]!r}"
+
+
+def assert_state_matches(model, ref, n_coords):
+    arrays = model.state.arrays
+    b_name = "beta" if model.algorithm.variant == 1 else "eta"
+    for name, want in (("M", ref.M), ("G", ref.G), ("S2", ref.S2), (b_name, ref.B)):
+        got = arrays[name][:n_coords].reshape(np.shape(want))
+        np.testing.assert_allclose(got, np.array(want), rtol=1e-12, atol=0, err_msg=name)
+
+
+def model_for(variant, loss, bias=True):
+    return OnlineLearner(ScInOL(variant), loss, n_classes=3 if loss == "softmax" else None, bias=bias)
+
+
+@pytest.mark.parametrize("variant,loss", CASES)
+@pytest.mark.parametrize("layout", ["dense", "csr", "csr-shuffled"])
+def test_kernel_equals_reference(variant, loss, layout):
+    rng = np.random.default_rng(7 * variant + len(loss))
+    X = features(rng, 160, 7)
+    y = labels(rng, X, loss)
+    K = 3 if loss == "softmax" else 1
+    want, scale, ref = reference_run(variant, X, y, loss, K, bias=True)
+    model = model_for(variant, loss)
+    data = X if layout == "dense" else to_csr(X, rng if layout == "csr-shuffled" else None)
+    got = model.learn(data, y)
+    assert_scores_match(got, want, scale)
+    assert_state_matches(model, ref, X.shape[1] + 1)
+
+
+@pytest.mark.parametrize("variant", [1, 2])
+@pytest.mark.parametrize("loss", ["logistic", "softmax"])
+def test_extreme_values_without_overflow(variant, loss):
+    """Feature scales from 1e-150 to 1e150 in one model."""
+    rng = np.random.default_rng(variant)
+    X = features(rng, 200, 9, log10_scale=(-150.0, 150.0))
+    X[:, 0] = rng.normal(size=200) * 1e150
+    X[:, 4] = rng.normal(size=200) * 1e-150
+    y = labels(rng, X, loss)
+    K = 3 if loss == "softmax" else 1
+    model = model_for(variant, loss)
+    got = model.learn(X, y)
+    assert np.all(np.isfinite(got))
+    for arr in model.state.arrays.values():
+        assert np.all(np.isfinite(arr))
+    want, scale, _ = reference_run(variant, X, y, loss, K, bias=True)
+    assert_scores_match(got, want, scale)
+
+
+@pytest.mark.parametrize("variant", [1, 2])
+def test_batches_split_anywhere_give_the_same_run(variant):
+    """The kernel is strictly online: batch boundaries change nothing."""
+    rng = np.random.default_rng(3)
+    X = features(rng, 300, 6)
+    y = labels(rng, X, "logistic")
+    whole = model_for(variant, "logistic").learn(X, y)
+    split = model_for(variant, "logistic")
+    cuts = [0, 1, 2, 50, 51, 199, 300]
+    parts = [split.learn(X[a:b], y[a:b]) for a, b in zip(cuts, cuts[1:])]
+    np.testing.assert_array_equal(np.concatenate(parts), whole)
+
+
+@pytest.mark.parametrize("variant", [1, 2])
+def test_unlabelled_examples_are_predicted_not_learned(variant):
+    rng = np.random.default_rng(4)
+    X = features(rng, 100, 5)
+    y = labels(rng, X, "logistic")
+    y_gaps = y.copy()
+    y_gaps[::3] = np.nan
+    model = model_for(variant, "logistic")
+    scores, losses = model.learn(X, y_gaps, return_losses=True)
+    assert np.isnan(losses[::3]).all() and not np.isnan(np.delete(losses, np.s_[::3])).any()
+    assert model.n_examples == int((~np.isnan(y_gaps)).sum())
+    # The same as learning only from the labelled rows, predicting the others in passing.
+    plain = model_for(variant, "logistic")
+    keep = ~np.isnan(y_gaps)
+    np.testing.assert_array_equal(plain.learn(X[keep], y[keep]), scores[keep])
+    want, _, _ = reference_run(variant, X, y_gaps, "logistic", 1, bias=True)
+    np.testing.assert_allclose(scores, want[:, 0], rtol=1e-12, atol=1e-300)
+
+
+def test_never_seen_coordinate_has_zero_weight():
+    model = model_for(2, "logistic")
+    X = np.zeros((5, 4))
+    X[:, 0] = 1.0
+    model.learn(X, [1, -1, 1, 1, -1])
+    w = model.weights()
+    assert w.shape == (5, 1)
+    assert np.all(w[2:] == 0.0) and not math.isnan(w.sum())
