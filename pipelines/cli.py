@@ -92,4 +92,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Under `python -m pipelines.cli` this file runs as __main__, a second copy of
+    # the module: learn_command raises pipelines.cli.UsageError, which this copy's
+    # main() would not catch. Run the importable module's main() instead.
+    from pipelines.cli import main as _main
+
+    sys.exit(_main())

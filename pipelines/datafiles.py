@@ -119,6 +119,7 @@ class Reader:
     path: str
     feature_names: list[str] | None = None
     n_features: int | None = None
+    label_name: str | int | None = None
 
     def batches(self, batch_size: int = 4096) -> Iterator[Batch]:
         raise NotImplementedError
@@ -167,6 +168,7 @@ class CsvReader(Reader):
         self._n_fields, self._label_col, self._has_header = n, col, has_header
         self._feature_cols = np.array([c for c in range(n) if c != col], dtype=np.int64)
         self._col_names = names if names is not None else list(range(n))  # for messages
+        self.label_name = self._col_names[col]
         self.n_features = n - 1
         self.feature_names = ([names[c] for c in self._feature_cols] if names is not None
                               else [f"c{j}" for j in range(n - 1)])

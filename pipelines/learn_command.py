@@ -81,8 +81,8 @@ def _count_classes(reader) -> int:
 
 
 def _label_column(reader) -> str:
-    names = getattr(reader, "label_name", None)
-    return f" (label column {names!r})" if names else ""
+    name = reader.label_name  # CSV only
+    return "" if name is None else f" (label column {name!r})"
 
 
 def run_learn(args) -> int:
