@@ -9,6 +9,8 @@ switch on it. Conventions (documented, tested):
 - ``absolute``  ℓ = |ŷ - y|,  g = sgn(ŷ - y) (0 at ŷ = y), any real y.
 - ``squared``   ℓ = ½ (ŷ - y)²,  g = ŷ - y, any real y.  Not Lipschitz, so the
                  ScInOL regret bounds do not cover it; the algorithms still run.
+- ``epsilon_insensitive``  ℓ = max(0, |ŷ - y| - ε), g = sgn(ŷ - y) outside
+                 the tube, any real y; ε is the loss parameter (default 0.1).
 - ``softmax``   ℓ = logsumexp(ŷ) - ŷ_y over K ≥ 2 outputs, y ∈ {0, …, K-1};
                  g = softmax(ŷ) - e_y.
 
@@ -22,7 +24,7 @@ import math
 import numpy as np
 from numba import njit
 
-LOGISTIC, HINGE, ABSOLUTE, SQUARED, SOFTMAX = 0, 1, 2, 3, 4
+LOGISTIC, HINGE, ABSOLUTE, SQUARED, SOFTMAX, EPS_INSENSITIVE = 0, 1, 2, 3, 4, 5
 
 LOSSES = {
     "logistic": LOGISTIC,
@@ -30,7 +32,9 @@ LOSSES = {
     "absolute": ABSOLUTE,
     "squared": SQUARED,
     "softmax": SOFTMAX,
+    "epsilon_insensitive": EPS_INSENSITIVE,
 }
+DEFAULT_LOSS_PARAM = {"epsilon_insensitive": 0.1}
 BINARY_LOSSES = ("logistic", "hinge")
 """Losses whose labels are the classes -1 and +1."""
 
@@ -56,7 +60,7 @@ class LabelError(ValueError):
 def prepare_labels(loss: str, y, n_classes: int = 1) -> np.ndarray:
     """Labels as float64 in the loss's own domain, or a LabelError naming the
     first offending position. NaN (unlabelled) passes through."""
-    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    y = np.ascontiguousarray(np.asarray(y, dtype=np.float64).reshape(-1))
     labelled = ~np.isnan(y)
     if np.isinf(y).any():
         bad = int(np.flatnonzero(np.isinf(y))[0])
@@ -78,23 +82,16 @@ def prepare_labels(loss: str, y, n_classes: int = 1) -> np.ndarray:
 
 
 @njit(cache=True, inline="always")
-def _log1pexp(z):
-    # ln(1 + e^z) without overflow for large z nor cancellation for small.
-    if z > 0.0:
-        return z + math.log1p(math.exp(-z))
-    return math.log1p(math.exp(z))
-
-
-@njit(cache=True, inline="always")
-def scalar_loss_grad(code, y, yhat):
-    """(ℓ(y, ŷ), dℓ/dŷ) for the scalar losses."""
+def scalar_loss_grad(code, y, yhat, param=0.0):
+    """(ℓ(y, ŷ), dℓ/dŷ) for the scalar losses; ``param`` is ε-insensitive's ε."""
     if code == LOGISTIC:
+        # One exp of -|yŷ| gives both ℓ = ln(1 + e^{-yŷ}) and
+        # g = -y / (1 + e^{yŷ}) without overflow or cancellation.
         m = y * yhat
-        # g = -y / (1 + e^{yŷ}) = -y σ(-yŷ), written to avoid overflow.
+        e = math.exp(-abs(m))
         if m > 0.0:
-            e = math.exp(-m)
-            return _log1pexp(-m), -y * e / (1.0 + e)
-        return _log1pexp(-m), -y / (1.0 + math.exp(m))
+            return math.log1p(e), -y * e / (1.0 + e)
+        return math.log1p(e) - m, -y / (1.0 + e)
     if code == HINGE:
         m = y * yhat
         if m <= 1.0:
@@ -106,6 +103,13 @@ def scalar_loss_grad(code, y, yhat):
             return d, 1.0
         if d < 0.0:
             return -d, -1.0
+        return 0.0, 0.0
+    if code == EPS_INSENSITIVE:
+        d = yhat - y
+        if d > param:
+            return d - param, 1.0
+        if d < -param:
+            return -d - param, -1.0
         return 0.0, 0.0
     # SQUARED
     d = yhat - y
@@ -129,6 +133,16 @@ def softmax_loss_grad(label, yhat, g):
     c = int(label)
     g[c] -= 1.0
     return math.log(total) + top - yhat[c]
+
+
+@njit(cache=True, inline="always")
+def loss_grad_into(code, param, y, yhat, g):
+    """ℓ(y, ŷ) for any loss; dℓ/dŷ_k into g[k]."""
+    if code == SOFTMAX:
+        return softmax_loss_grad(y, yhat, g)
+    value, grad = scalar_loss_grad(code, y, yhat[0], param)
+    g[0] = grad
+    return value
 
 
 def loss_and_grad(loss: str, y: float, yhat: np.ndarray):

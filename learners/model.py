@@ -22,9 +22,12 @@ import numpy as np
 from . import __version__
 from .hashing import FeatureHasher
 from .inputs import CSRBatch, as_batch
-from .losses import BINARY_LOSSES, loss_code, prepare_labels, probabilities
+from .losses import BINARY_LOSSES, DEFAULT_LOSS_PARAM, loss_code, prepare_labels, probabilities
 from .registry import make_algorithm
 from .state import StateFileError, load_state, save_state
+
+
+_NO_INDICES = np.empty(0, dtype=np.int64)
 
 
 class OnlineLearner:
@@ -38,10 +41,12 @@ class OnlineLearner:
     """
 
     def __init__(self, algorithm="scinol2", loss="logistic", *, n_classes=None, bias=True,
-                 hash_bits=18, hash_seed=0, **params):
+                 hash_bits=18, hash_seed=0, loss_param=None, **params):
         self.algorithm = make_algorithm(algorithm, **params) if isinstance(algorithm, str) else algorithm
         self.loss = loss
         self._loss = loss_code(loss)
+        self.algorithm.check_loss(loss)
+        self.loss_param = float(DEFAULT_LOSS_PARAM.get(loss, 0.0) if loss_param is None else loss_param)
         if loss == "softmax":
             if n_classes is not None and int(n_classes) < 2:
                 raise ValueError(f"softmax loss needs at least 2 classes, not {n_classes!r}")
@@ -86,10 +91,10 @@ class OnlineLearner:
         scores = np.empty((n, self.n_outputs))
         losses = np.empty(n)
         if isinstance(batch, CSRBatch):
-            self.algorithm.learn_csr(self.state, batch.indptr, batch.indices, batch.data, self.bias,
-                                     y, self._loss, scores, losses)
-        else:
-            self.algorithm.learn_dense(self.state, batch, self.bias, y, self._loss, scores, losses)
+            rows = (batch.indptr, batch.indices, batch.data, False)
+        else:  # dense: flattened values, the column of entry p is p - row start
+            rows = (np.arange(n + 1, dtype=np.int64) * d, _NO_INDICES, batch.reshape(-1), True)
+        self.algorithm.learn_rows(self.state, *rows, self.bias, y, self._loss, self.loss_param, scores, losses)
         return scores, losses
 
     def _shape(self, scores: np.ndarray) -> np.ndarray:
@@ -188,6 +193,7 @@ class OnlineLearner:
             "learner": self.algorithm.name,
             "params": self.algorithm.params,
             "loss": self.loss,
+            "loss_param": self.loss_param,
             "n_outputs": self.n_outputs,
             "bias": self.bias,
             "hash_bits": self.hasher.bits,
@@ -204,7 +210,8 @@ class OnlineLearner:
         state, meta = load_state(path)
         try:
             model = cls(meta["learner"], meta["loss"], n_classes=meta["n_outputs"] if meta["loss"] == "softmax" else None,
-                        bias=meta["bias"], hash_bits=meta["hash_bits"], hash_seed=meta["hash_seed"], **meta["params"])
+                        bias=meta["bias"], hash_bits=meta["hash_bits"], hash_seed=meta["hash_seed"],
+                        loss_param=meta["loss_param"], **meta["params"])
         except (KeyError, TypeError, ValueError) as exc:
             raise StateFileError(f"{path}: header does not describe a learner ({exc})") from None
         expected = model.algorithm.init_state(1, model.n_outputs)

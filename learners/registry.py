@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from .scinol import ScInOL
-
-ALGORITHMS = {
-    "scinol1": lambda **p: ScInOL(1, **p),
-    "scinol2": lambda **p: ScInOL(2, **p),
-}
+from .algorithms import SPECS, Algorithm
 
 
-def make_algorithm(name: str, **params):
+def make_algorithm(name: str, **params) -> Algorithm:
     try:
-        factory = ALGORITHMS[name]
+        spec = SPECS[name]
     except KeyError:
-        raise ValueError(f"unknown learner {name!r}; choose one of {', '.join(ALGORITHMS)}") from None
-    try:
-        return factory(**params)
-    except TypeError as exc:
-        raise ValueError(f"bad parameters for learner {name!r}: {exc}") from None
+        raise ValueError(f"unknown learner {name!r}; choose one of {', '.join(SPECS)}") from None
+    return Algorithm(spec, **params)
 
 
 def make_learner(name: str = "scinol2", loss: str = "logistic", **kwargs):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .inputs import CSRBatch, as_batch
-from .losses import loss_code, prepare_labels
+from .losses import DEFAULT_LOSS_PARAM, loss_code, prepare_labels
 from .state import LearnerState
 
 _MASK64 = (1 << 64) - 1
@@ -53,7 +53,8 @@ class ShardedLearner:
     """K shards + combine, one example at a time (slow; for tests and as the
     specification of the distributed mode)."""
 
-    def __init__(self, algorithm, loss: str, n_shards: int, *, n_outputs: int = 1, bias: bool = True):
+    def __init__(self, algorithm, loss: str, n_shards: int, *, n_outputs: int = 1, bias: bool = True,
+                 loss_param: float | None = None):
         if not getattr(algorithm, "shardable", False):
             raise ValueError(f"learner {algorithm.name!r} is not coordinate-separable; it runs on one shard only")
         if n_shards < 1:
@@ -61,6 +62,7 @@ class ShardedLearner:
         self.algorithm = algorithm
         self.loss = loss
         self._loss = loss_code(loss)
+        self.loss_param = float(DEFAULT_LOSS_PARAM.get(loss, 0.0) if loss_param is None else loss_param)
         self.n_outputs = n_outputs
         self.bias = bias
         self.shards = [Shard(algorithm, n_outputs) for _ in range(n_shards)]
@@ -86,14 +88,14 @@ class ShardedLearner:
         scores = []
         for (coords, vals), label in zip(self._rows(X), y):
             owner = np.array([shard_of(c, k) for c in coords.tolist()], dtype=np.int64)
-            slices, total = [], np.zeros(self.n_outputs)
+            slices, total = [], None
             for s, shard in enumerate(self.shards):
                 mine = owner == s
                 idx, v = shard.local_indices(coords[mine]), vals[mine]
                 partial, memo = self.algorithm.predict(shard.state, idx, v, False, self.scalars)
-                total += partial
+                total = partial if total is None else total + partial
                 slices.append((idx, v, memo))
-            yhat, _, feedback = self.algorithm.combine(self.scalars, total, float(label), self._loss)
+            yhat, _, feedback = self.algorithm.combine(self.scalars, total, float(label), self._loss, self.loss_param)
             scores.append(yhat.copy())
             if feedback is not None:
                 for shard, (idx, v, memo) in zip(self.shards, slices):

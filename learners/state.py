@@ -33,8 +33,9 @@ class LearnerState:
 
     arrays: dict[str, np.ndarray]
     scalars: dict[str, float] = field(default_factory=dict)
-    fill: dict[str, float] = field(default_factory=dict)
-    """Initial value of each array's entries, used when coordinates are added."""
+    fill: dict[str, list] = field(default_factory=dict)
+    """Initial value of a new coordinate's entries in each array (broadcast
+    over the array's trailing axes), used when coordinates are added."""
 
     @property
     def n_coords(self) -> int:
@@ -48,7 +49,7 @@ class LearnerState:
             return
         new = max(n_coords, 2 * have)
         for name, arr in self.arrays.items():
-            extra = np.full((new - have,) + arr.shape[1:], self.fill.get(name, 0.0), dtype=arr.dtype)
+            extra = np.full((new - have,) + arr.shape[1:], np.asarray(self.fill.get(name, 0.0)), dtype=arr.dtype)
             self.arrays[name] = np.concatenate([arr, extra])
 
     def copy(self) -> "LearnerState":
@@ -122,6 +123,6 @@ def load_state(path: str) -> tuple[LearnerState, dict]:
     if len(lengths) > 1:
         raise StateFileError(f"{path}: arrays disagree on the number of coordinates {sorted(lengths)}")
     scalars = {k: float(v) for k, v in meta.pop("scalars").items()}
-    fill = {k: float(v) for k, v in meta.pop("fill").items()}
+    fill = {k: np.asarray(v, dtype=np.float64).tolist() for k, v in meta.pop("fill").items()}
     meta.pop("arrays")
     return LearnerState(arrays, scalars, fill), meta

@@ -125,14 +125,18 @@ def test_bad_inputs_are_named(X, y, message):
 
 
 def test_bad_configuration_is_named():
-    with pytest.raises(ValueError, match="unknown learner 'adam'"):
-        make_learner("adam")
+    with pytest.raises(ValueError, match="unknown learner 'adamw'"):
+        make_learner("adamw")
     with pytest.raises(ValueError, match="unknown loss 'l3'"):
         make_learner("scinol2", "l3")
     with pytest.raises(ValueError, match="eps must be a positive"):
         make_learner("scinol2", eps=-1)
-    with pytest.raises(ValueError, match="bad parameters for learner 'scinol1'"):
+    with pytest.raises(ValueError, match="scinol1 has no parameter rate; its parameters are eps"):
         make_learner("scinol1", rate=0.1)
+    with pytest.raises(ValueError, match="alpha must be greater than 9/8"):
+        make_learner("kotlowski1", alpha=1.125)
+    with pytest.raises(ValueError, match="pa is defined for the hinge and epsilon_insensitive loss"):
+        make_learner("pa", "logistic")
     with pytest.raises(ValueError, match="softmax loss: give n_classes"):
         make_learner("scinol2", "softmax").learn(np.ones((1, 1)), [0])
     with pytest.raises(ValueError, match="labels 0..2"):

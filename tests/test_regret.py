@@ -43,6 +43,12 @@ def losses(loss, y, s):
     return np.abs(s - y)
 
 
+def ŝ(model, d):
+    """Ŝ_T,i = √(S²_T,i + M²_T,i) from the learner's final state."""
+    field = lambda name: model.algorithm.field(model.state, name)[:d]  # noqa: E731
+    return np.sqrt(field("S2")[:, 0] + field("M") ** 2)
+
+
 def bound(variant, u, S_hat, T, first_x, eps=1.0):
     total = 0.0
     for ui, s, x0 in zip(np.abs(u), S_hat, first_x):
@@ -85,8 +91,7 @@ def test_regret_bound_holds(variant, loss, name, X, y):
     scores, alg_losses = model.learn(X, y, return_losses=True)
     np.testing.assert_allclose(alg_losses, losses(loss, y, scores), rtol=1e-12, atol=1e-12)
     T = len(y)
-    st = model.state.arrays
-    S_hat = np.sqrt(st["S2"][: X.shape[1], 0] + st["M"][: X.shape[1]] ** 2)
+    S_hat = ŝ(model, X.shape[1])
     first_x = np.array([col[np.flatnonzero(col)[0]] if col.any() else 0.0 for col in X.T])
     u_star = logistic_minimiser(X, y)
     rng = np.random.default_rng(0)
@@ -106,8 +111,7 @@ def test_bound_is_not_vacuous_for_the_best_comparator():
     _, alg_losses = model.learn(X, y, return_losses=True)
     u_star = logistic_minimiser(X, y)
     regret = alg_losses.sum() - losses("logistic", y, X @ u_star).sum()
-    st = model.state.arrays
-    S_hat = np.sqrt(st["S2"][:5, 0] + st["M"][:5] ** 2)
+    S_hat = ŝ(model, 5)
     b = bound(2, u_star, S_hat, len(y), X[0])
     assert 0 < regret < b
     assert regret > 1e-3 * b

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from gen import BINARY, REGRESSION, features, labels, to_csr
-from learners import OnlineLearner
-from learners.scinol import ScInOL
+from learners import make_learner
 from reference import ReferenceScInOL
 
 RTOL = 1e-12
@@ -36,15 +35,14 @@ def assert_scores_match(got, want, scale):
 
 
 def assert_state_matches(model, ref, n_coords):
-    arrays = model.state.arrays
-    b_name = "beta" if model.algorithm.variant == 1 else "eta"
+    b_name = "beta" if model.algorithm.name == "scinol1" else "eta"
     for name, want in (("M", ref.M), ("G", ref.G), ("S2", ref.S2), (b_name, ref.B)):
-        got = arrays[name][:n_coords].reshape(np.shape(want))
+        got = model.algorithm.field(model.state, name)[:n_coords].reshape(np.shape(want))
         np.testing.assert_allclose(got, np.array(want), rtol=1e-12, atol=0, err_msg=name)
 
 
 def model_for(variant, loss, bias=True):
-    return OnlineLearner(ScInOL(variant), loss, n_classes=3 if loss == "softmax" else None, bias=bias)
+    return make_learner(f"scinol{variant}", loss, n_classes=3 if loss == "softmax" else None, bias=bias)
 
 
 @pytest.mark.parametrize("variant,loss", CASES)

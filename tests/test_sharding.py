@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 from gen import features, labels, to_csr
-from learners import make_learner
-from learners.scinol import ScInOL
+from learners import make_algorithm, make_learner
 from learners.sharding import ShardedLearner
 
 RTOL = 1e-9
@@ -22,7 +21,7 @@ def test_k_shards_equal_one_learner(variant, loss, k):
     K = 3 if loss == "softmax" else 1
     single = make_learner(f"scinol{variant}", loss, n_classes=K if K > 1 else None)
     want = single.learn(X, y)
-    sharded = ShardedLearner(ScInOL(variant), loss, k, n_outputs=K)
+    sharded = ShardedLearner(make_algorithm(f"scinol{variant}"), loss, k, n_outputs=K)
     got = sharded.learn(to_csr(X), y)
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-12)
     merged = sharded.merged_state(single.state.n_coords)
@@ -34,7 +33,7 @@ def test_k_shards_equal_one_learner(variant, loss, k):
 def test_each_coordinate_lives_in_exactly_one_shard():
     rng = np.random.default_rng(0)
     X = features(rng, 50, 30)
-    sharded = ShardedLearner(ScInOL(2), "logistic", 4)
+    sharded = ShardedLearner(make_algorithm("scinol2"), "logistic", 4)
     sharded.learn(X, labels(rng, X, "logistic"))
     owned = [set(s.coords) for s in sharded.shards]
     assert sum(len(o) for o in owned) == len(set().union(*owned))

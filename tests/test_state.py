@@ -46,7 +46,7 @@ def test_file_is_arrays_and_json_only(tmp_path):
             if name.endswith(".npy"):
                 arr = np.lib.format.read_array(io.BytesIO(zf.read(name)), allow_pickle=False)
                 assert arr.dtype == np.float64
-    assert names == ["G.npy", "M.npy", "S2.npy", "eta.npy", "header.json"]
+    assert names == ["P.npy", "Q.npy", "header.json"]
     assert header["learner"] == "scinol2" and header["loss"] == "logistic" and header["scalars"]["t"] == 3.0
 
 
@@ -74,10 +74,10 @@ def _set_header(key, value):
 
 
 @pytest.mark.parametrize("mutate,message", [
-    (lambda m: m.update({"G.npy": m["G.npy"][:-8] + b"\x00" * 8}), "checksum"),
-    (lambda m: m.update({"G.npy": _object_array_member()}), "unreadable"),
+    (lambda m: m.update({"P.npy": m["P.npy"][:-8] + b"\x00" * 8}), "checksum"),
+    (lambda m: m.update({"P.npy": _object_array_member()}), "unreadable"),
     (lambda m: m.pop("header.json"), "header.json"),
-    (lambda m: m.pop("eta.npy"), "unreadable"),
+    (lambda m: m.pop("Q.npy"), "unreadable"),
     (_set_header("format", "other"), "not a scinol model"),
     (_set_header("learner", "no-such-learner"), "does not describe a learner"),
 ])

@@ -1,0 +1,367 @@
+"""The compiled driver shared by every coordinate-separable learner.
+
+State layout (one model shard):
+
+- ``P[j, k, f]``: per (coordinate j, output k) field f (e.g. G, S², η);
+- ``Q[j, h]``:    per coordinate field h, shared by the outputs (e.g. M);
+- ``glob[:]``:    global scalars owned by ``combine``; ``glob[0]`` is t, the
+                  number of examples learned from;
+- ``prm[:]``:     the algorithm's parameters.
+
+An algorithm is four small functions, selected by its integer code ``a``:
+
+- ``weight``  w_{t,j,k} for input x at trial t (pure; ``learning`` is False
+               when the example is unlabelled, for learners that predict
+               differently offline, e.g. the averaged KT iterate);
+- ``extras``  adds coordinate j's share of the extra partial sums (|x|², …);
+- ``combine`` from ŷ, the extra sums and y: the loss, the feedback vector
+               ``fb`` (g per output, then any step sizes) and the new globals;
+- ``update``  applies the feedback to coordinate j, given the weights used.
+
+A batch is processed strictly in order, one example at a time: the
+semantics of one-example online learning at compiled speed. The per-example
+``predict_row``/``combine_row``/``update_row`` expose the same arithmetic to
+the sharded protocol.
+
+Rows come as CSR (indptr, indices, data). A dense batch is passed as its
+flattened values with ``dense`` set: the column is then p - start, so both
+layouts share one loop. A zero entry is skipped: for every learner here it
+contributes nothing to ŷ and changes no state.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from . import math_baselines as BL
+from . import math_kotlowski as KO
+from . import math_kt as KT
+from . import math_ogd as OG
+from . import math_pa as PA
+from . import math_scinol as SC
+from .losses import loss_grad_into
+
+# error_model="numpy": IEEE division, no Python ZeroDivisionError checks in
+# the inner loops (each algorithm guards its own divisions).
+jit = njit(cache=True, error_model="numpy")
+inline = njit(cache=True, error_model="numpy", inline="always")
+
+# Algorithm codes.
+SCINOL1, SCINOL2 = 1, 2
+OGD_COORD, OGD_GLOBAL = 10, 11
+KT_ALG1, KT_AVG, KT_COORD = 20, 21, 22
+KOTLOWSKI1 = 30
+IMPLICIT, PA0, PA1, PA2, APROX = 40, 41, 42, 43, 44
+SGD, ADAGRAD, ADAM, NAG = 50, 51, 52, 53
+
+N_EXTRAS = 2  # partial sums beyond ŷ that any algorithm may need
+N_FB_EXTRA = 2  # feedback slots beyond g
+
+
+@inline
+def weight(a, prm, glob, P, Q, j, k, x, t, learning):
+    if a <= SCINOL2:
+        return SC.weight(a, prm, P, Q, j, k, x, t)
+    if a >= KT_ALG1 and a <= KT_COORD:
+        return KT.weight(a, prm, glob, P, j, k, t, learning)
+    if a == KOTLOWSKI1:
+        return KO.weight(prm, glob, P, Q, j, k, x, t)
+    if a == NAG:
+        return BL.nag_weight(P, Q, j, k, x)
+    return P[j, k, 0]  # the others store the weight itself
+
+
+@inline
+def extras(a, prm, glob, Q, j, x, ex):
+    if a == OGD_GLOBAL:
+        OG.global_extras(Q, j, x, ex)
+    elif a == KT_ALG1 or a == KT_AVG or a >= IMPLICIT and a <= APROX:
+        ex[0] += x * x
+    elif a == KOTLOWSKI1:
+        KO.extras(Q, j, ex)
+    elif a == NAG:
+        BL.nag_extras(Q, j, x, ex)
+
+
+@inline
+def combine(a, prm, glob, yhat, ex, y, loss, loss_prm, fb):
+    """ℓ(y, ŷ); fills fb (g first) and advances the globals."""
+    value = loss_grad_into(loss, loss_prm, y, yhat, fb)
+    glob[0] += 1.0
+    t = glob[0]
+    if a == OGD_GLOBAL:
+        OG.global_combine(prm, glob, yhat, ex, fb)
+    elif a == KT_ALG1 or a == KT_AVG:
+        KT.combine(a, glob, yhat, ex, fb, t)
+    elif a == KOTLOWSKI1:
+        KO.combine(prm, glob, ex)
+    elif a >= IMPLICIT and a <= APROX:
+        PA.combine(a, prm, yhat, ex, value, y, loss, loss_prm, fb, t)
+    elif a == SGD:
+        fb[yhat.shape[0]] = prm[0] / math.sqrt(t)
+    elif a == NAG:
+        glob[1] += ex[0]
+        fb[yhat.shape[0]] = prm[0] * math.sqrt(t / glob[1])
+    return value
+
+
+@inline
+def update(a, prm, glob, P, Q, j, x, t, fb, w, slot, n_out):
+    """(n_out is P.shape[1], passed so a single-output caller can make it a constant.)"""
+    if a <= SCINOL2:
+        SC.update(a, prm, P, Q, j, x, t, fb, w, slot, n_out)
+    elif a == OGD_COORD or a == OGD_GLOBAL:
+        OG.update(a, prm, P, Q, j, x, fb, n_out)
+    elif a <= KT_COORD:
+        KT.update(a, glob, P, j, x, fb, w, slot, n_out)
+    elif a == KOTLOWSKI1:
+        KO.update(P, Q, j, x, fb, n_out)
+    elif a <= APROX:
+        PA.update(P, j, x, fb, n_out)
+    else:
+        BL.update(a, prm, glob, P, Q, j, x, t, fb, w, slot, n_out)
+
+
+# -- the batch driver ------------------------------------------------------------
+@inline
+def _col(indices, p, start, dense):
+    return p - start if dense else indices[p]
+
+
+@inline
+def _predict(a, prm, glob, P, Q, indices, data, start, end, dense, bias, t, learning, yhat, ex, w):
+    """ŷ and the extra sums for one row; w[p - start + bias, k] holds the
+    weights of entry p (the bias, coordinate 0 with x = 1, first)."""
+    yhat[:] = 0.0
+    ex[:] = 0.0
+    if bias:
+        for k in range(P.shape[1]):
+            w[0, k] = weight(a, prm, glob, P, Q, 0, k, 1.0, t, learning)
+            yhat[k] += w[0, k]
+        extras(a, prm, glob, Q, 0, 1.0, ex)
+    for p in range(start, end):
+        x = data[p]
+        if x != 0.0:
+            j = _col(indices, p, start, dense) + bias
+            slot = p - start + bias
+            for k in range(P.shape[1]):
+                wk = weight(a, prm, glob, P, Q, j, k, x, t, learning)
+                w[slot, k] = wk
+                yhat[k] += x * wk
+            extras(a, prm, glob, Q, j, x, ex)
+
+
+@inline
+def _update(a, prm, glob, P, Q, indices, data, start, end, dense, bias, fb, w, n_out):
+    t = glob[0]
+    if bias:
+        update(a, prm, glob, P, Q, 0, 1.0, t, fb, w, 0, n_out)
+    for p in range(start, end):
+        x = data[p]
+        if x != 0.0:
+            update(a, prm, glob, P, Q, _col(indices, p, start, dense) + bias, x, t, fb, w, p - start + bias, n_out)
+
+
+@inline
+def _predict_single(a, prm, glob, P, Q, indices, data, start, end, dense, bias, t, learning, ex, w):
+    """``_predict`` for one output with a scalar accumulator (about twice as
+    fast: the compiler cannot keep an array element in a register)."""
+    ex[:] = 0.0
+    yhat = 0.0
+    if bias:
+        w[0, 0] = weight(a, prm, glob, P, Q, 0, 0, 1.0, t, learning)
+        yhat += w[0, 0]
+        extras(a, prm, glob, Q, 0, 1.0, ex)
+    for p in range(start, end):
+        x = data[p]
+        if x != 0.0:
+            j = _col(indices, p, start, dense) + bias
+            wj = weight(a, prm, glob, P, Q, j, 0, x, t, learning)
+            w[p - start + bias, 0] = wj
+            yhat += x * wj
+            extras(a, prm, glob, Q, j, x, ex)
+    return yhat
+
+
+@inline
+def _learn_rows(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    """Learn from each row in order; scores[i] gets ŷ_i made before learning
+    from row i, losses[i] its loss (NaN when y[i] is NaN: predicted only)."""
+    n_out = P.shape[1]
+    longest = 0
+    for i in range(indptr.shape[0] - 1):
+        longest = max(longest, indptr[i + 1] - indptr[i])
+    w = np.empty((longest + 1, n_out))
+    yhat = np.empty(n_out)
+    ex = np.empty(N_EXTRAS)
+    fb = np.empty(n_out + N_FB_EXTRA)
+    single = n_out == 1
+    for i in range(indptr.shape[0] - 1):
+        start, end = indptr[i], indptr[i + 1]
+        learning = not math.isnan(y[i])
+        t = glob[0] + 1.0
+        if single:
+            yhat[0] = _predict_single(a, prm, glob, P, Q, indices, data, start, end, dense, bias, t, learning, ex, w)
+        else:
+            _predict(a, prm, glob, P, Q, indices, data, start, end, dense, bias, t, learning, yhat, ex, w)
+        scores[i, :] = yhat
+        if not learning:
+            losses[i] = math.nan
+            continue
+        losses[i] = combine(a, prm, glob, yhat, ex, y[i], loss, loss_prm, fb)
+        if single:
+            _update(a, prm, glob, P, Q, indices, data, start, end, dense, bias, fb, w, 1)
+        else:
+            _update(a, prm, glob, P, Q, indices, data, start, end, dense, bias, fb, w, n_out)
+
+
+# One compiled entry point per algorithm: with the code a constant, the
+# dispatch above folds away and each learner runs its own tight loop
+# (numba's literal dispatch would do this too, but re-types on every call).
+
+
+@jit
+def _learn_scinol1(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(SCINOL1, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+@jit
+def _learn_scinol2(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(SCINOL2, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+@jit
+def _learn_ogd(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(OGD_COORD, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+@jit
+def _learn_ogd_global(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(OGD_GLOBAL, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+@jit
+def _learn_kt(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(KT_ALG1, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+@jit
+def _learn_kt_avg(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(KT_AVG, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+@jit
+def _learn_kt_coord(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(KT_COORD, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+@jit
+def _learn_kotlowski1(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(KOTLOWSKI1, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+@jit
+def _learn_implicit(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(IMPLICIT, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+@jit
+def _learn_pa(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(PA0, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+@jit
+def _learn_pa1(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(PA1, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+@jit
+def _learn_pa2(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(PA2, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+@jit
+def _learn_aprox(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(APROX, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+@jit
+def _learn_sgd(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(SGD, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+@jit
+def _learn_adagrad(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(ADAGRAD, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+@jit
+def _learn_adam(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(ADAM, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+@jit
+def _learn_nag(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+    _learn_rows(NAG, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+
+
+LEARN_ROWS = {
+    SCINOL1: _learn_scinol1,
+    SCINOL2: _learn_scinol2,
+    OGD_COORD: _learn_ogd,
+    OGD_GLOBAL: _learn_ogd_global,
+    KT_ALG1: _learn_kt,
+    KT_AVG: _learn_kt_avg,
+    KT_COORD: _learn_kt_coord,
+    KOTLOWSKI1: _learn_kotlowski1,
+    IMPLICIT: _learn_implicit,
+    PA0: _learn_pa,
+    PA1: _learn_pa1,
+    PA2: _learn_pa2,
+    APROX: _learn_aprox,
+    SGD: _learn_sgd,
+    ADAGRAD: _learn_adagrad,
+    ADAM: _learn_adam,
+    NAG: _learn_nag,
+}
+"""Algorithm code → its batch kernel:
+``(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)``."""
+
+
+@jit
+def predict_row(a, prm, glob, P, Q, indices, data, bias, learning, yhat, ex, w):
+    """Protocol ``predict`` on one example's slice (pure): partial ŷ and
+    extra sums, and the weights used (kept by the shard until feedback)."""
+    _predict(a, prm, glob, P, Q, indices, data, 0, indices.shape[0], False, bias, glob[0] + 1.0, learning,
+             yhat, ex, w)
+
+
+@jit
+def combine_row(a, prm, glob, yhat, ex, y, loss, loss_prm, fb):
+    """Protocol ``combine``: the loss; feedback into fb; advances glob."""
+    return combine(a, prm, glob, yhat, ex, y, loss, loss_prm, fb)
+
+
+@jit
+def update_row(a, prm, glob, P, Q, indices, data, bias, fb, w):
+    """Protocol ``update`` on one example's slice with the weights predict gave."""
+    _update(a, prm, glob, P, Q, indices, data, 0, indices.shape[0], False, bias, fb, w, P.shape[1])
+
+
+@jit
+def current_weights(a, prm, glob, P, Q):
+    """The weights as the model stands, for inspection and export: what
+    the model would predict with for a coordinate whose input does not grow
+    its scale (x → 0 in the per-input terms), at the next trial, offline."""
+    out = np.zeros(P.shape[:2])
+    t = glob[0] + 1.0
+    for j in range(P.shape[0]):
+        for k in range(P.shape[1]):
+            out[j, k] = weight(a, prm, glob, P, Q, j, k, 0.0, t, False)
+    return out
+
+
+__all__ = ["LEARN_ROWS", "predict_row", "combine_row", "update_row", "current_weights"]

@@ -1,0 +1,58 @@
+"""Projected online gradient descent with adaptive rates (seed 001).
+
+Feasible set: the box [-R, R] per coordinate (D_i = 2R). Per-coordinate
+rates (Algorithm 1): η_{t,i} = scale · D_i / √(2 Σ_{s≤t} g_{s,i}²).
+Global rate (Theorem 2): η_t = scale · D / √(2 Σ_{s≤t} ‖g_s‖²) with
+D = 2R√d, d the number of coordinates seen so far (the seed's experiments
+estimate D online the same way). ``scale`` is the rate multiplier the
+seed's experiments tune (0.6/R per-coordinate, 0.2/R global); 1 is the
+theorem's rate.
+
+Fields: P[j, k] = (w, Σ(g x)²); Q[j] = (seen,). prm = (R, scale).
+glob = (t, Σ‖g‖², d).
+"""
+
+import math
+
+from numba import njit
+
+inline = njit(cache=True, error_model="numpy", inline="always")
+
+W, SUMSQ = 0, 1
+
+
+@inline
+def global_extras(Q, j, x, ex):
+    ex[0] += x * x
+    if Q[j, 0] == 0.0:
+        ex[1] += 1.0
+
+
+@inline
+def global_combine(prm, glob, yhat, ex, fb):
+    n_out = yhat.shape[0]
+    g2 = 0.0
+    for k in range(n_out):
+        g2 += fb[k] * fb[k]
+    glob[1] += g2 * ex[0]
+    glob[2] += ex[1]
+    if glob[1] > 0.0:
+        fb[n_out] = prm[1] * 2.0 * prm[0] * math.sqrt(glob[2]) / math.sqrt(2.0 * glob[1])
+    else:
+        fb[n_out] = 0.0
+
+
+@inline
+def update(a, prm, P, Q, j, x, fb, n_out):
+    radius, scale = prm[0], prm[1]
+    Q[j, 0] = 1.0
+    for k in range(n_out):
+        gx = fb[k] * x
+        if a == 10:
+            P[j, k, SUMSQ] += gx * gx
+            s = P[j, k, SUMSQ]
+            eta = scale * 2.0 * radius / math.sqrt(2.0 * s) if s > 0.0 else 0.0
+        else:
+            eta = fb[n_out]
+        w = P[j, k, W] - eta * gx
+        P[j, k, W] = min(radius, max(-radius, w))
