@@ -5,12 +5,18 @@
 - Adam:    m ← β1 m + (1-β1) g x;  v ← β2 v + (1-β2)(g x)²;
            w ← w - η m̂ / (√v̂ + ε), m̂ = m/(1-β1^t), v̂ = v/(1-β2^t)   (Kingma & Ba 2014)
 - NAG:     normalised adaptive gradient (Ross, Mineiro & Langford 2013, Algorithm 1):
-           on x: where |x_i| > s_i, w_i ← w_i s_i²/x_i², s_i ← |x_i|;  N ← N + Σ_i x_i²/s_i²;
+           on x: where |x_i| > s_i, w_i ← w_i s_i/|x_i|, s_i ← |x_i|;  N ← N + Σ_i x_i²/s_i²;
            after g: G_i ← G_i + (g x_i)²;  w_i ← w_i - η √(t/N) g x_i / (s_i √G_i)
-           (N is a global scalar: its per-example share Σ_i x_i²/s_i² is a partial sum)
+           (N is a global scalar: its per-example share Σ_i x_i²/s_i² is a partial sum).
+           The rescaling is by s_i/|x_i|, not its square: g x_i/√G_i is free of
+           feature i's units, so each step is ∝ 1/s_i, and the rescaling makes the
+           past steps as if taken at the new scale; the squared factor belongs to
+           the non-adaptive NG, whose steps carry 1/s_i². (Vowpal Wabbit's
+           normalized+adaptive update rescales by s_i/|x_i| likewise.)
 Only coordinates with x_i ≠ 0 are touched ("lazy" updates, as sparse
 implementations do): for Adam this differs from dense Adam, whose momentum
-keeps moving weights of absent features.
+keeps moving weights of absent features. Adam's bias correction uses the
+global example count t (as lazy/sparse Adam implementations do).
 
 Fields: P[j, k] = (w, G2 or m, v); Q[j] = (s,) for NAG.
 prm: SGD/AdaGrad/NAG (η,), Adam (η, β1, β2, ε). glob = (t, N).
@@ -29,8 +35,8 @@ SGD, ADAGRAD, ADAM, NAG = 50, 51, 52, 53
 def nag_weight(P, Q, j, k, x):
     s = Q[j, 0]
     ax = abs(x)
-    if ax > s:
-        return P[j, k, 0] * (s / ax) * (s / ax)
+    if ax > s:  # a larger scale: past steps, each ∝ 1/s, as if taken with s = |x|
+        return P[j, k, 0] * (s / ax)
     return P[j, k, 0]
 
 

@@ -5,8 +5,9 @@ by ``combine`` from the loss ℓ, g and |x|² (a partial sum like x·w):
 - implicit OGD, squared loss:   m = η / (1 + η |x|²)
 - PA:    m = ℓ / |x|²,  PA-I: min(C, ℓ / |x|²),  PA-II: ℓ / (|x|² + 1/(2C))
          (hinge: g = -y when ℓ > 0, so w ← w + τ y x; ε-insensitive alike)
-- aProx: m = min(η_t, (ℓ - ℓ_low) / ‖g‖²), ‖g‖² = Σ_k g_k² |x|²,
-         η_t = η / t^power (power 0: constant rate)
+- aProx: m = min(η_t, (ℓ - ℓ_low)_+ / ‖g‖²), ‖g‖² = Σ_k g_k² |x|²,
+         η_t = η / t^power (power 0: constant rate); no step when ℓ ≤ ℓ_low
+         (the truncated model max(ℓ + ⟨g, v - w⟩, ℓ_low) is then flat at w)
 Fields: P[j, k] = (w,). prm = (η or C, power, ℓ_low).
 """
 
@@ -29,7 +30,9 @@ def combine(a, prm, yhat, ex, value, y, loss, loss_prm, fb, t):
             g2 += fb[k] * fb[k]
         g2 *= x2
         rate = prm[0] / t ** prm[1]
-        m = min(rate, (value - prm[2]) / g2) if g2 > 0.0 else 0.0
+        # ℓ ≤ ℓ_low: the truncated model is flat at w, so its prox step is 0
+        # (the seed's closed form assumes ℓ ≥ ℓ_low; (ℓ - ℓ_low)_+ in Asi & Duchi).
+        m = min(rate, (value - prm[2]) / g2) if g2 > 0.0 and value > prm[2] else 0.0
     elif x2 == 0.0:
         m = 0.0
     elif a == PA0:

@@ -75,7 +75,7 @@ class OnlineLearner:
         if self.state is None:
             self.state = self.algorithm.init_state(max(n_coords, 1), self.n_outputs)
         else:
-            self.state.grow(n_coords)
+            self.algorithm.grow_state(self.state, n_coords)
 
     def _batch(self, X):
         batch = as_batch(X, self.hasher)
@@ -214,13 +214,10 @@ class OnlineLearner:
                         loss_param=meta["loss_param"], **meta["params"])
         except (KeyError, TypeError, ValueError) as exc:
             raise StateFileError(f"{path}: header does not describe a learner ({exc})") from None
-        expected = model.algorithm.init_state(1, model.n_outputs)
-        for name, arr in expected.arrays.items():
-            got = state.arrays.get(name)
-            if got is None or got.shape[1:] != arr.shape[1:] or got.dtype != arr.dtype:
-                raise StateFileError(f"{path}: array {name!r} missing or of the wrong shape for {meta['learner']}")
-        if set(state.arrays) != set(expected.arrays) or set(state.scalars) != set(expected.scalars):
-            raise StateFileError(f"{path}: state fields do not match {meta['learner']}")
+        try:
+            model.algorithm.check_state(state, model.n_outputs)
+        except ValueError as exc:
+            raise StateFileError(f"{path}: {exc}") from None
         if not all(math.isfinite(v) for v in state.scalars.values()):
             raise StateFileError(f"{path}: non-finite global scalar")
         if meta.get("classes") is not None:

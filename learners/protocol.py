@@ -1,19 +1,17 @@
-"""The coordinate-separable learner protocol (DESIGN.md §1).
+"""The learner protocol (DESIGN.md §1).
 
-An algorithm keeps per-coordinate state in a :class:`~learners.state.LearnerState`
-and is driven, for each example, as::
+Every learner runs single-shard through ``learn_rows`` (a compiled batch
+kernel, one example at a time). A *shardable* (coordinate-separable) learner
+also exposes the three steps its kernel is made of, so its coordinates can
+be split over shards that are coupled only through ``combine``::
 
-    partial, memo = algo.predict(shard_state, idx, vals, bias, scalars)  # per shard
-    total = sum of partials over shards
-    yhat, loss, feedback = algo.combine(scalars, total, y)   # global scalars live here
+    partial, memo = algo.predict(shard_state, idx, vals, bias, scalars)  # per shard, pure
+    total = sum of partials over shards      # ŷ (one per output), then extra sums such as |x|²
+    yhat, loss, feedback = algo.combine(scalars, total, y, loss_code, loss_param)  # advances the globals
     algo.update(shard_state, idx, vals, bias, scalars, feedback, memo)  # per shard
 
-``predict`` is pure; ``memo`` carries what the shard must keep until the
-feedback arrives (the weights it predicted with). ``combine`` owns the loss
-derivative and the global scalars (e.g. the trial count t) and advances them.
-
-For speed a single-shard learner does all three inside one compiled call per
-batch (``learn_csr`` / ``learn_dense``), with exactly the same arithmetic.
+``memo`` carries what a shard keeps until the feedback arrives (the weights
+it predicted with). The fused kernel does exactly this arithmetic.
 """
 
 from __future__ import annotations
@@ -25,23 +23,32 @@ import numpy as np
 from .state import LearnerState
 
 
-class Algorithm(Protocol):
+class Learner(Protocol):
+    """What :class:`~learners.model.OnlineLearner` needs of an algorithm."""
+
     name: str
     params: dict
     parameter_free: bool
     scale_invariant: bool
     shardable: bool
 
+    def check_loss(self, loss: str) -> None: ...
+
     def init_state(self, n_coords: int, n_outputs: int) -> LearnerState: ...
 
-    def learn_csr(self, state, indptr, indices, data, bias, y, loss, scores, losses) -> None: ...
+    def grow_state(self, state: LearnerState, n_coords: int) -> None: ...
 
-    def learn_dense(self, state, X, bias, y, loss, scores, losses) -> None: ...
+    def check_state(self, state: LearnerState, n_outputs: int) -> None: ...
 
-    def predict(self, state, indices, data, bias, scalars) -> tuple[np.ndarray, object]: ...
-
-    def combine(self, scalars: dict, total: np.ndarray, y: float, loss: int) -> tuple[np.ndarray, float, np.ndarray]: ...
-
-    def update(self, state, indices, data, bias, scalars, feedback, memo) -> None: ...
+    def learn_rows(self, state, indptr, indices, data, dense, bias, y, loss, loss_param, scores, losses) -> None: ...
 
     def weights(self, state: LearnerState) -> np.ndarray: ...
+
+
+class ShardableLearner(Learner, Protocol):
+    def predict(self, state, indices, data, bias, scalars, learning=True) -> tuple[np.ndarray, object]: ...
+
+    def combine(self, scalars: dict, total: np.ndarray, y: float, loss: int,
+                loss_param: float = 0.0) -> tuple[np.ndarray, float, np.ndarray | None]: ...
+
+    def update(self, state, indices, data, bias, scalars, feedback, memo) -> None: ...

@@ -32,10 +32,13 @@ def _learn_parser(sub) -> None:
     p.add_argument("--label", default=None, help="CSV label column: header name or 0-based index (default: first column)")
     p.add_argument("--header", choices=["auto", "yes", "no"], default="auto", help="CSV header line (default: auto)")
     p.add_argument("--delimiter", default=None, help="CSV delimiter (default: sniffed from , ; tab)")
-    p.add_argument("--learner", default=None, help="learning algorithm (default: scinol2)")
-    p.add_argument("--loss", default=None, help="logistic (labels ±1 or 0/1), hinge, absolute, squared, softmax (labels 0..K-1); default: logistic")
+    p.add_argument("--learner", default=None, help="learning algorithm, see `scinol learners` (default: scinol2)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a learner parameter, e.g. --param lr=0.1 (repeatable; see `scinol learners`)")
+    p.add_argument("--loss", default=None, help="logistic (labels ±1 or 0/1), hinge, absolute, squared, "
+                                                "epsilon_insensitive, softmax (labels 0..K-1); default: logistic")
+    p.add_argument("--loss-param", type=float, default=None, help="the ε of epsilon_insensitive (default 0.1)")
     p.add_argument("--n-classes", type=int, default=None, help="number of classes for softmax (default: largest label + 1)")
-    p.add_argument("--eps", type=float, default=None, help="ScInOL's ε (default 1; affects constants only)")
     p.add_argument("--no-bias", action="store_true", help="do not add the constant bias feature")
     p.add_argument("--passes", type=int, default=1, help="passes over the data (default 1)")
     p.add_argument("-p", "--predictions", metavar="FILE", help="write ŷ_t (made before learning from example t), one line per example")
@@ -55,11 +58,17 @@ def _generate_parser(sub) -> None:
     p.add_argument("--format", choices=["csv", "libsvm"], default="csv")
 
 
+def _learners_parser(sub) -> None:
+    sub.add_parser("learners", help="list the learners, their parameters and properties",
+                   description="Every learner usable with --learner / make_learner(name).")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="scinol", description="Parameter-free, scale-invariant online learning of linear models.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _learn_parser(sub)
     _generate_parser(sub)
+    _learners_parser(sub)
     return parser
 
 
@@ -79,6 +88,10 @@ def main(argv=None) -> int:
             from .learn_command import run_generate
 
             return run_generate(args)
+        if args.command == "learners":
+            from .learn_command import run_learners
+
+            return run_learners(args)
     except (UsageError, DataError, StateFileError, LabelError) as exc:
         print(f"scinol: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

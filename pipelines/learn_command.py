@@ -59,14 +59,43 @@ def _build_learner(args, reader) -> OnlineLearner:
             raise UsageError("--no-bias conflicts with the loaded model, which has a bias")
         return model
     loss = args.loss or "logistic"
-    params = {} if args.eps is None else {"eps": args.eps}
+    params = parse_params(args.param)
     n_classes = args.n_classes
     if loss == "softmax" and n_classes is None:
         n_classes = _count_classes(reader)
     try:
-        return make_learner(args.learner or "scinol2", loss, n_classes=n_classes, bias=not args.no_bias, **params)
+        return make_learner(args.learner or "scinol2", loss, n_classes=n_classes, bias=not args.no_bias,
+                            loss_param=args.loss_param, **params)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def parse_params(items: list[str]) -> dict[str, float]:
+    """``["lr=0.1", "beta1=0.9"]`` → ``{"lr": 0.1, "beta1": 0.9}``."""
+    params = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--param {item!r}: expected NAME=VALUE")
+        try:
+            params[name.strip()] = float(value)
+        except ValueError:
+            raise UsageError(f"--param {item!r}: {value!r} is not a number") from None
+    return params
+
+
+def run_learners(args) -> int:
+    from learners.registry import describe_learners
+
+    rows = describe_learners()
+    print(f"{'learner':<12} {'free':<5} {'inv':<5} {'shard':<6} {'parameters':<46} description")
+    for r in rows:
+        params = ", ".join(f"{k}={v:g}" for k, v in r["params"].items()) or "-"
+        flags = ["yes" if r[f] else "no" for f in ("parameter_free", "scale_invariant", "shardable")]
+        print(f"{r['name']:<12} {flags[0]:<5} {flags[1]:<5} {flags[2]:<6} {params:<46} {r['summary']}")
+    print("\nfree: no learning rate to tune; inv: predictions invariant to rescaling each feature; "
+          "shard: coordinate-separable (runs over feature shards)")
+    return 0
 
 
 def _count_classes(reader) -> int:
