@@ -115,6 +115,7 @@ class Algorithm:
             values[name] = value
         self.spec = spec
         self.name = spec.name
+        self.summary = spec.summary
         self.params = values
         self.parameter_free = spec.parameter_free
         self.scale_invariant = spec.scale_invariant

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from numba import njit
 
 from .hashing import FeatureHasher
 
@@ -35,6 +36,37 @@ def _check_finite(values: np.ndarray, where) -> None:
     if bad.any():
         first = int(np.flatnonzero(bad.reshape(-1))[0])
         raise ValueError(f"non-finite feature value {float(values.reshape(-1)[first])!r} at {where(first)}")
+
+
+_NEGATIVE, _NON_FINITE, _DUPLICATE = 1, 2, 3
+
+
+@njit(cache=True)
+def _first_bad_entry(indptr, indices, data):
+    """(kind, position) of the first negative index, non-finite value or
+    repeated index within a row; (0, -1) when the batch is clean. One pass,
+    sorting each row's indices in a small buffer."""
+    longest = 0
+    for i in range(indptr.shape[0] - 1):
+        longest = max(longest, indptr[i + 1] - indptr[i])
+    buf = np.empty(longest, dtype=np.int64)
+    for i in range(indptr.shape[0] - 1):
+        lo, hi = indptr[i], indptr[i + 1]
+        for p in range(lo, hi):
+            if indices[p] < 0:
+                return _NEGATIVE, p
+            if not np.isfinite(data[p]):
+                return _NON_FINITE, p
+        if hi - lo > 1:
+            row = buf[: hi - lo]
+            row[:] = indices[lo:hi]
+            row.sort()
+            for q in range(1, hi - lo):
+                if row[q] == row[q - 1]:
+                    for p in range(lo, hi):  # report the entry's position in the batch
+                        if indices[p] == row[q]:
+                            return _DUPLICATE, p
+    return 0, -1
 
 
 def dense_batch(X) -> np.ndarray:
@@ -62,21 +94,15 @@ def csr_batch(indptr, indices, data) -> CSRBatch:
         raise ValueError(
             f"sparse batch has {indices.shape[0]} indices, {data.shape[0]} values and indptr ending at {indptr[-1]}; they must agree"
         )
-    row_of = lambda p: int(np.searchsorted(indptr, p, side="right") - 1)  # noqa: E731
-    if indices.size:
-        if indices.min() < 0:
-            p = int(np.flatnonzero(indices < 0)[0])
-            raise ValueError(f"negative feature index {indices[p]} in row {row_of(p)}")
-        _check_finite(data, lambda p: f"row {row_of(p)}, feature index {indices[p]}")
-        # Sorting within rows makes duplicates adjacent; a duplicate would be
-        # applied twice by the kernels, so it is an error, not a sum.
-        rows = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
-        order = np.lexsort((indices, rows))
-        s_rows, s_idx = rows[order], indices[order]
-        dup = (s_rows[1:] == s_rows[:-1]) & (s_idx[1:] == s_idx[:-1])
-        if dup.any():
-            p = int(np.flatnonzero(dup)[0])
-            raise ValueError(f"duplicate feature index {s_idx[p]} in row {s_rows[p]}")
+    kind, p = _first_bad_entry(indptr, indices, data)
+    if kind:
+        row = int(np.searchsorted(indptr, p, side="right") - 1)
+        if kind == _NEGATIVE:
+            raise ValueError(f"negative feature index {indices[p]} in row {row}")
+        if kind == _NON_FINITE:
+            raise ValueError(f"non-finite feature value {float(data[p])!r} at row {row}, feature index {indices[p]}")
+        # A duplicate would be applied twice by the kernels, so it is an error, not a sum.
+        raise ValueError(f"duplicate feature index {indices[p]} in row {row}")
     return CSRBatch(indptr, indices, data)
 
 

@@ -75,6 +75,11 @@ def weight(a, prm, glob, P, Q, j, k, x, t, learning):
 
 
 @inline
+def has_extras(a):
+    return a == OGD_GLOBAL or a == KT_ALG1 or a == KT_AVG or a >= IMPLICIT and a <= APROX or a == KOTLOWSKI1 or a == NAG
+
+
+@inline
 def extras(a, prm, glob, Q, j, x, ex):
     if a == OGD_GLOBAL:
         OG.global_extras(Q, j, x, ex)
@@ -169,7 +174,8 @@ def _update(a, prm, glob, P, Q, indices, data, start, end, dense, bias, fb, w, n
 def _predict_single(a, prm, glob, P, Q, indices, data, start, end, dense, bias, t, learning, ex, w):
     """``_predict`` for one output with a scalar accumulator (about twice as
     fast: the compiler cannot keep an array element in a register)."""
-    ex[:] = 0.0
+    if has_extras(a):
+        ex[:] = 0.0
     yhat = 0.0
     if bias:
         w[0, 0] = weight(a, prm, glob, P, Q, 0, 0, 1.0, t, learning)
@@ -187,6 +193,37 @@ def _predict_single(a, prm, glob, P, Q, indices, data, start, end, dense, bias, 
 
 
 @inline
+def _rows_single(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses, w, ex,
+                 yhat, fb):
+    for i in range(indptr.shape[0] - 1):
+        start, end = indptr[i], indptr[i + 1]
+        learning = not math.isnan(y[i])
+        yhat[0] = _predict_single(a, prm, glob, P, Q, indices, data, start, end, dense, bias, glob[0] + 1.0,
+                                  learning, ex, w)
+        scores[i, 0] = yhat[0]
+        if not learning:
+            losses[i] = math.nan
+            continue
+        losses[i] = combine(a, prm, glob, yhat, ex, y[i], loss, loss_prm, fb)
+        _update(a, prm, glob, P, Q, indices, data, start, end, dense, bias, fb, w, 1)
+
+
+@inline
+def _rows_multi(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses, w, ex,
+                yhat, fb):
+    for i in range(indptr.shape[0] - 1):
+        start, end = indptr[i], indptr[i + 1]
+        learning = not math.isnan(y[i])
+        _predict(a, prm, glob, P, Q, indices, data, start, end, dense, bias, glob[0] + 1.0, learning, yhat, ex, w)
+        scores[i, :] = yhat
+        if not learning:
+            losses[i] = math.nan
+            continue
+        losses[i] = combine(a, prm, glob, yhat, ex, y[i], loss, loss_prm, fb)
+        _update(a, prm, glob, P, Q, indices, data, start, end, dense, bias, fb, w, P.shape[1])
+
+
+@inline
 def _learn_rows(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
     """Learn from each row in order; scores[i] gets ŷ_i made before learning
     from row i, losses[i] its loss (NaN when y[i] is NaN: predicted only)."""
@@ -196,26 +233,14 @@ def _learn_rows(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss,
         longest = max(longest, indptr[i + 1] - indptr[i])
     w = np.empty((longest + 1, n_out))
     yhat = np.empty(n_out)
-    ex = np.empty(N_EXTRAS)
+    ex = np.zeros(N_EXTRAS)
     fb = np.empty(n_out + N_FB_EXTRA)
-    single = n_out == 1
-    for i in range(indptr.shape[0] - 1):
-        start, end = indptr[i], indptr[i + 1]
-        learning = not math.isnan(y[i])
-        t = glob[0] + 1.0
-        if single:
-            yhat[0] = _predict_single(a, prm, glob, P, Q, indices, data, start, end, dense, bias, t, learning, ex, w)
-        else:
-            _predict(a, prm, glob, P, Q, indices, data, start, end, dense, bias, t, learning, yhat, ex, w)
-        scores[i, :] = yhat
-        if not learning:
-            losses[i] = math.nan
-            continue
-        losses[i] = combine(a, prm, glob, yhat, ex, y[i], loss, loss_prm, fb)
-        if single:
-            _update(a, prm, glob, P, Q, indices, data, start, end, dense, bias, fb, w, 1)
-        else:
-            _update(a, prm, glob, P, Q, indices, data, start, end, dense, bias, fb, w, n_out)
+    if n_out == 1:
+        _rows_single(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses, w,
+                     ex, yhat, fb)
+    else:
+        _rows_multi(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses, w,
+                    ex, yhat, fb)
 
 
 # One compiled entry point per algorithm: with the code a constant, the

@@ -26,12 +26,14 @@ import math
 
 from numba import njit
 
-inline = njit(cache=True, error_model="numpy", inline="always")
+# Plain compiled functions, not numba-IR inlined: each is compiled once and
+# LLVM inlines it into every kernel, which keeps compile times short.
+jit = njit(cache=True, error_model="numpy")
 
 SGD, ADAGRAD, ADAM, NAG = 50, 51, 52, 53
 
 
-@inline
+@jit
 def nag_weight(P, Q, j, k, x):
     s = Q[j, 0]
     ax = abs(x)
@@ -40,13 +42,13 @@ def nag_weight(P, Q, j, k, x):
     return P[j, k, 0]
 
 
-@inline
+@jit
 def nag_extras(Q, j, x, ex):
     s = max(Q[j, 0], abs(x))
     ex[0] += (x / s) * (x / s)
 
 
-@inline
+@jit
 def update(a, prm, glob, P, Q, j, x, t, fb, w, slot, n_out):
     lr = prm[0]
     if a == NAG:

@@ -14,10 +14,12 @@ import math
 
 from numba import njit
 
-inline = njit(cache=True, error_model="numpy", inline="always")
+# Plain compiled functions, not numba-IR inlined: each is compiled once and
+# LLVM inlines it into every kernel, which keeps compile times short.
+jit = njit(cache=True, error_model="numpy")
 
 
-@inline
+@jit
 def weight(prm, glob, P, Q, j, k, x, t):
     s2 = Q[j, 0] + x * x
     h = P[j, k, 0]
@@ -29,18 +31,18 @@ def weight(prm, glob, P, Q, j, k, x, t):
     return eta * h / s2
 
 
-@inline
+@jit
 def extras(Q, j, ex):
     if Q[j, 0] == 0.0:
         ex[1] += 1.0
 
 
-@inline
+@jit
 def combine(prm, glob, ex):
     glob[1] += ex[1]
 
 
-@inline
+@jit
 def update(P, Q, j, x, fb, n_out):
     Q[j, 0] += x * x
     for k in range(n_out):

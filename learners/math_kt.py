@@ -25,14 +25,16 @@ import math
 
 from numba import njit
 
-inline = njit(cache=True, error_model="numpy", inline="always")
+# Plain compiled functions, not numba-IR inlined: each is compiled once and
+# LLVM inlines it into every kernel, which keeps compile times short.
+jit = njit(cache=True, error_model="numpy")
 
 KT_ALG1, KT_AVG, KT_COORD = 20, 21, 22
 THETA, ACC, C_LAST = 0, 1, 2
 WEALTH_I = 1
 
 
-@inline
+@jit
 def weight(a, prm, glob, P, j, k, t, learning):
     if a == KT_COORD:
         return P[j, k, THETA] * P[j, k, WEALTH_I] / t
@@ -44,7 +46,7 @@ def weight(a, prm, glob, P, j, k, t, learning):
     return P[j, k, THETA] * glob[1] / t
 
 
-@inline
+@jit
 def combine(a, glob, yhat, ex, fb, t):
     n_out = yhat.shape[0]
     norm2 = 0.0
@@ -61,7 +63,7 @@ def combine(a, glob, yhat, ex, fb, t):
         glob[1] -= fb[k] * yhat[k]
 
 
-@inline
+@jit
 def update(a, glob, P, j, x, fb, w, slot, n_out):
     for k in range(n_out):
         if a == KT_COORD:

@@ -16,19 +16,21 @@ import math
 
 from numba import njit
 
-inline = njit(cache=True, error_model="numpy", inline="always")
+# Plain compiled functions, not numba-IR inlined: each is compiled once and
+# LLVM inlines it into every kernel, which keeps compile times short.
+jit = njit(cache=True, error_model="numpy")
 
 W, SUMSQ = 0, 1
 
 
-@inline
+@jit
 def global_extras(Q, j, x, ex):
     ex[0] += x * x
     if Q[j, 0] == 0.0:
         ex[1] += 1.0
 
 
-@inline
+@jit
 def global_combine(prm, glob, yhat, ex, fb):
     n_out = yhat.shape[0]
     g2 = 0.0
@@ -42,7 +44,7 @@ def global_combine(prm, glob, yhat, ex, fb):
         fb[n_out] = 0.0
 
 
-@inline
+@jit
 def update(a, prm, P, Q, j, x, fb, n_out):
     radius, scale = prm[0], prm[1]
     Q[j, 0] = 1.0

@@ -13,12 +13,14 @@ Fields: P[j, k] = (w,). prm = (η or C, power, ℓ_low).
 
 from numba import njit
 
-inline = njit(cache=True, error_model="numpy", inline="always")
+# Plain compiled functions, not numba-IR inlined: each is compiled once and
+# LLVM inlines it into every kernel, which keeps compile times short.
+jit = njit(cache=True, error_model="numpy")
 
 IMPLICIT, PA0, PA1, PA2, APROX = 40, 41, 42, 43, 44
 
 
-@inline
+@jit
 def combine(a, prm, yhat, ex, value, y, loss, loss_prm, fb, t):
     n_out = yhat.shape[0]
     x2 = ex[0]
@@ -44,7 +46,7 @@ def combine(a, prm, yhat, ex, value, y, loss, loss_prm, fb, t):
     fb[n_out] = m
 
 
-@inline
+@jit
 def update(P, j, x, fb, n_out):
     m = fb[n_out]
     for k in range(n_out):

@@ -11,13 +11,15 @@ import math
 
 from numba import njit
 
-inline = njit(cache=True, error_model="numpy", inline="always")
+# Plain compiled functions, not numba-IR inlined: each is compiled once and
+# LLVM inlines it into every kernel, which keeps compile times short.
+jit = njit(cache=True, error_model="numpy")
 
 G, S2, B = 0, 1, 2
 M = 0
 
 
-@inline
+@jit
 def weight(a, prm, P, Q, j, k, x, t):
     ax = abs(x)
     m = Q[j, M] if Q[j, M] > ax else ax
@@ -35,7 +37,7 @@ def weight(a, prm, P, Q, j, k, x, t):
     return clipped * P[j, k, B] * 0.5 * inv
 
 
-@inline
+@jit
 def update(a, prm, P, Q, j, x, t, fb, w, slot, n_out):
     ax = abs(x)
     if ax > Q[j, M]:

@@ -183,7 +183,7 @@ class OnlineLearner:
     def weights(self) -> np.ndarray:
         """Current weights, (n_coords, n_outputs); row 0 is the bias if any."""
         if self.state is None:
-            return np.zeros((self.bias, self.n_outputs))
+            return np.zeros((int(self.bias), self.n_outputs))
         return self.algorithm.weights(self.state)
 
     def header(self) -> dict:

@@ -4,13 +4,37 @@ from __future__ import annotations
 
 from .algorithms import SPECS, Algorithm
 
+FULL_MATRIX = ("kotlowski2",)
+"""Learners that are not coordinate-separable: classes of their own
+(:mod:`learners.fullmatrix`), not entries of SPECS."""
 
-def make_algorithm(name: str, **params) -> Algorithm:
+
+def learner_names() -> list[str]:
+    """Every learner :func:`make_algorithm` knows."""
+    return [*SPECS, *FULL_MATRIX]
+
+
+def make_algorithm(name: str, **params):
+    if name == "kotlowski2":
+        from .fullmatrix import Kotlowski2
+
+        return Kotlowski2(**params)
     try:
         spec = SPECS[name]
     except KeyError:
-        raise ValueError(f"unknown learner {name!r}; choose one of {', '.join(SPECS)}") from None
+        raise ValueError(f"unknown learner {name!r}; choose one of {', '.join(learner_names())}") from None
     return Algorithm(spec, **params)
+
+
+def describe_learners() -> list[dict]:
+    """Name, default parameters, flags and a one-line summary of each learner."""
+    out = []
+    for name in learner_names():
+        algo = make_algorithm(name)
+        out.append({"name": name, "params": dict(algo.params), "parameter_free": algo.parameter_free,
+                    "scale_invariant": algo.scale_invariant, "shardable": algo.shardable,
+                    "summary": algo.summary})
+    return out
 
 
 def make_learner(name: str = "scinol2", loss: str = "logistic", **kwargs):

@@ -335,3 +335,47 @@ def test_python_dash_m_exit_status(bad_files, args, expected):
     done = subprocess.run([sys.executable, "-m", "pipelines.cli"] + args, capture_output=True, text=True)
     assert done.returncode == 2, done.stderr
     assert_one_error_line(done.stderr.splitlines(), expected)
+
+
+def test_learners_lists_every_learner_with_flags(capsys):
+    from learners.registry import learner_names
+
+    assert main(["learners"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[1:4] for line in out.splitlines()[1:] if line and not line.startswith("free")}
+    assert set(rows) == set(learner_names())
+    assert rows["scinol2"] == ["yes", "yes", "yes"]
+    assert rows["adam"] == ["no", "no", "yes"]
+    assert rows["kotlowski2"] == ["yes", "yes", "no"]
+
+
+@pytest.mark.parametrize("learner,params", [("adagrad", ["--param", "lr=0.5"]), ("kotlowski2", []),
+                                            ("pa1", ["--param", "C=0.1"])])
+def test_learn_with_any_learner_and_params(tmp_path, learner, params):
+    from learners import make_learner
+
+    data = tmp_path / "toy.csv"
+    assert main(["generate", "toy", "-o", str(data), "--n", "200"]) == 0
+    pred = tmp_path / "p.txt"
+    loss = ["--loss", "hinge"] if learner == "pa1" else []
+    assert main(["learn", str(data), "--label", "y", "--learner", learner, *params, *loss, "-p", str(pred),
+                 "--quiet"]) == 0
+    table = np.loadtxt(data, delimiter=",", skiprows=1)
+    kwargs = {k: float(v) for k, v in (p.split("=") for p in params[1::2])}
+    want = make_learner(learner, loss[1] if loss else "logistic", **kwargs).learn(table[:, :-1], table[:, -1])
+    np.testing.assert_array_equal(np.loadtxt(pred), want)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--param", "lr"], "expected NAME=VALUE"),
+    (["--param", "lr=fast"], "'fast' is not a number"),
+    (["--param", "lr=0.1"], "scinol2 has no parameter lr"),
+    (["--learner", "sgd", "--param", "lr=-1"], "lr must be a positive number"),
+])
+def test_bad_learner_params_are_one_line_errors(tmp_path, capsys, args, message):
+    data = tmp_path / "toy.csv"
+    main(["generate", "toy", "-o", str(data), "--n", "10"])
+    capsys.readouterr()
+    assert main(["learn", str(data), "--label", "y", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("scinol: error:") and message in err[-1]
