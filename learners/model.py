@@ -57,6 +57,7 @@ class OnlineLearner:
         self.hasher = FeatureHasher(hash_bits, hash_seed)
         self.classes_ = None
         self.state = None
+        self.loaded_header: dict = {}
 
     # -- bookkeeping ----------------------------------------------------------
     @property
@@ -201,9 +202,12 @@ class OnlineLearner:
             "classes": None if self.classes_ is None else self.classes_.tolist(),
         }
 
-    def save(self, path: str) -> None:
+    def save(self, path: str, extra: dict | None = None) -> None:
+        """Write the model atomically; ``extra`` header fields (e.g. the Kafka
+        offsets a checkpoint covers) are stored with it and come back in
+        ``loaded_header`` after :meth:`load`."""
         self._ensure_state(0)
-        save_state(path, self.state, self.header())
+        save_state(path, self.state, {**(extra or {}), **self.header()})
 
     @classmethod
     def load(cls, path: str) -> "OnlineLearner":
@@ -223,4 +227,5 @@ class OnlineLearner:
         if meta.get("classes") is not None:
             model.classes_ = np.array(meta["classes"])
         model.state = state
+        model.loaded_header = meta
         return model

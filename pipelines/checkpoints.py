@@ -1,0 +1,135 @@
+"""Model checkpoints: a model's full state plus the stream position it covers.
+
+One checkpoint is one file ``<dir>/<model>/ckpt-<events>.scinol`` (the
+learner's no-pickle state file, written atomically: temp file + rename) whose
+header also holds the next Kafka offset per partition that the state covers,
+the event count and the schema version, so state and position can never
+disagree. A JSON sidecar with the file's SHA-256 follows it; on load a file
+whose checksum (or any array's) fails is skipped, with a warning, for the
+previous one. The newest ``keep`` checkpoints of each model are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+
+from learners import OnlineLearner
+from learners.state import StateFileError
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+_NAME = re.compile(r"^ckpt-(\d{12})\.scinol$")
+
+
+def _safe(model: str) -> str:
+    """A model name as a directory name (names come from events)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", model) or "_"
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class Checkpoint:
+    """A loaded checkpoint: the learner and where in the stream it stands."""
+
+    def __init__(self, path: str, learner: OnlineLearner):
+        self.path = path
+        self.learner = learner
+        h = learner.loaded_header
+        self.model: str = h["model"]
+        self.event_count: int = int(h["event_count"])
+        self.offsets: dict[tuple[str, int], int] = {(o["topic"], int(o["partition"])): int(o["offset"])
+                                                    for o in h["offsets"]}
+
+
+class CheckpointStore:
+    def __init__(self, directory: str, keep: int = 3):
+        self.directory = directory
+        self.keep = keep
+
+    def model_dir(self, model: str) -> str:
+        return os.path.join(self.directory, _safe(model))
+
+    def save(self, model: str, learner: OnlineLearner, offsets: dict[tuple[str, int], int],
+             event_count: int) -> dict:
+        """Write a checkpoint; returns its manifest (the ModelCheckpoint header)."""
+        folder = self.model_dir(model)
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"ckpt-{event_count:012d}.scinol")
+        header = {
+            "model": model,
+            "event_count": int(event_count),
+            "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())],
+            "schema_version": SCHEMA_VERSION,
+            "created_ms": int(time.time() * 1000),
+        }
+        learner.save(path, extra=header)
+        manifest = {**header, **learner.header(), "uri": os.path.abspath(path), "checksum": file_sha256(path),
+                    "n_coords": learner.state.n_coords}
+        tmp = path + ".json.tmp"
+        with open(tmp, "w") as f:
+            json.dump(manifest, f, indent=1, sort_keys=True)
+        os.replace(tmp, path[: -len(".scinol")] + ".json")
+        self._prune(folder)
+        return manifest
+
+    def _paths(self, folder: str) -> list[str]:
+        try:
+            names = sorted((n for n in os.listdir(folder) if _NAME.match(n)), reverse=True)
+        except FileNotFoundError:
+            return []
+        return [os.path.join(folder, n) for n in names]
+
+    def _prune(self, folder: str) -> None:
+        for path in self._paths(folder)[self.keep:]:
+            for victim in (path, path[: -len(".scinol")] + ".json"):
+                if os.path.exists(victim):
+                    os.unlink(victim)
+
+    def latest(self, model: str) -> Checkpoint | None:
+        """The newest valid checkpoint of ``model``; corrupt ones are skipped with a warning."""
+        return self._newest(self.model_dir(model))
+
+    def models(self) -> list[str]:
+        """Names of the models with a valid checkpoint (as stored in them)."""
+        if not os.path.isdir(self.directory):
+            return []
+        found = (self._newest(os.path.join(self.directory, entry)) for entry in sorted(os.listdir(self.directory)))
+        return [c.model for c in found if c is not None]
+
+    def _newest(self, folder: str) -> Checkpoint | None:
+        for path in self._paths(folder):
+            problem = _verify(path)
+            if problem is None:
+                try:
+                    return Checkpoint(path, OnlineLearner.load(path))
+                except (StateFileError, KeyError, ValueError, TypeError) as exc:
+                    problem = str(exc)
+            log.warning("skipping checkpoint %s: %s; using an older one", path, problem)
+        return None
+
+
+def _verify(path: str) -> str | None:
+    """None if the sidecar checksum matches (or there is no sidecar: the
+    state file's own per-array checksums are checked on load)."""
+    sidecar = path[: -len(".scinol")] + ".json"
+    if not os.path.exists(sidecar):
+        return None
+    try:
+        with open(sidecar) as f:
+            want = json.load(f)["checksum"]
+    except (OSError, ValueError, KeyError) as exc:
+        return f"unreadable manifest ({exc})"
+    have = file_sha256(path)
+    return None if have == want else "checksum mismatch (file truncated or corrupted)"
