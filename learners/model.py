@@ -215,7 +215,7 @@ class OnlineLearner:
         try:
             model = cls(meta["learner"], meta["loss"], n_classes=meta["n_outputs"] if meta["loss"] == "softmax" else None,
                         bias=meta["bias"], hash_bits=meta["hash_bits"], hash_seed=meta["hash_seed"],
-                        loss_param=meta["loss_param"], **meta["params"])
+                        loss_param=meta.get("loss_param"), **meta["params"])
         except (KeyError, TypeError, ValueError) as exc:
             raise StateFileError(f"{path}: header does not describe a learner ({exc})") from None
         try:

@@ -32,14 +32,8 @@ def _learn_parser(sub) -> None:
     p.add_argument("--label", default=None, help="CSV label column: header name or 0-based index (default: first column)")
     p.add_argument("--header", choices=["auto", "yes", "no"], default="auto", help="CSV header line (default: auto)")
     p.add_argument("--delimiter", default=None, help="CSV delimiter (default: sniffed from , ; tab)")
-    p.add_argument("--learner", default=None, help="learning algorithm, see `scinol learners` (default: scinol2)")
-    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="a learner parameter, e.g. --param lr=0.1 (repeatable; see `scinol learners`)")
-    p.add_argument("--loss", default=None, help="logistic (labels ±1 or 0/1), hinge, absolute, squared, "
-                                                "epsilon_insensitive, softmax (labels 0..K-1); default: logistic")
-    p.add_argument("--loss-param", type=float, default=None, help="the ε of epsilon_insensitive (default 0.1)")
+    _add_learner_options(p)
     p.add_argument("--n-classes", type=int, default=None, help="number of classes for softmax (default: largest label + 1)")
-    p.add_argument("--no-bias", action="store_true", help="do not add the constant bias feature")
     p.add_argument("--passes", type=int, default=1, help="passes over the data (default 1)")
     p.add_argument("-p", "--predictions", metavar="FILE", help="write ŷ_t (made before learning from example t), one line per example")
     p.add_argument("--save", metavar="FILE", help="save the final model")
@@ -64,6 +58,100 @@ def _broker_parser(sub) -> None:
     p.add_argument("--port", type=int, default=None, help="port to listen on (default: a free one)")
 
 
+def _add_learner_options(p) -> None:
+    p.add_argument("--learner", default=None, help="learning algorithm, see `scinol learners` (default: scinol2)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a learner parameter, e.g. --param lr=0.1 (repeatable; see `scinol learners`)")
+    p.add_argument("--loss", default=None, help="logistic (labels ±1 or 0/1), hinge, absolute, squared, "
+                                                "epsilon_insensitive, softmax (labels 0..K-1); default: logistic")
+    p.add_argument("--loss-param", type=float, default=None, help="the ε of epsilon_insensitive (default 0.1)")
+    p.add_argument("--no-bias", action="store_true", help="do not add the constant bias feature")
+
+
+def _add_kafka_options(p, topic_help: str) -> None:
+    p.add_argument("--bootstrap", required=True, metavar="HOST:PORT", help="Kafka bootstrap servers")
+    p.add_argument("--topic", required=True, help=topic_help)
+    p.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a librdkafka setting for every client, e.g. security.protocol=SSL (repeatable)")
+    p.add_argument("--kafka-config-file", metavar="FILE", help="librdkafka settings, one KEY=VALUE per line")
+    p.add_argument("--schema-registry", metavar="URL", help="resolve and register Avro schema ids here")
+
+
+def _run_parser(sub) -> None:
+    p = sub.add_parser("run", help="run the streaming pipeline: events topic in, predictions and checkpoints out",
+                       description="Exact mode: one stateful learner per model name. Beam flags go after `--`, "
+                                   "e.g. `-- --runner=PortableRunner --job_endpoint=localhost:8099`.")
+    _add_kafka_options(p, "the events topic (Avro Event records)")
+    p.add_argument("--predictions-topic", required=True, help="where Prediction records go")
+    _add_learner_options(p)
+    p.add_argument("--n-classes", type=int, default=None, help="number of classes (softmax)")
+    p.add_argument("--hash-bits", type=int, default=18, help="hash space of named features (default 18)")
+    p.add_argument("--bounded", action="store_true",
+                   help="read up to the end offsets seen at start, write a final checkpoint, stop")
+    p.add_argument("--checkpoint-dir", metavar="DIR", help="write checkpoints here and resume from the newest")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="N", help="checkpoint every N events")
+    p.add_argument("--checkpoint-seconds", type=float, default=None, metavar="T", help="checkpoint every T seconds")
+    p.add_argument("--checkpoint-topic", default=None, help="compacted topic for checkpoint headers "
+                                                            "(default: PREDICTIONS_TOPIC.checkpoints)")
+    p.add_argument("--dead-letter-topic", default=None, help="default: TOPIC.dlq")
+    p.add_argument("--group-id", default=None, help="consumer group (offsets committed after each bundle)")
+    p.add_argument("--stop-after", type=int, default=None, metavar="N", help="unbounded: stop after N events")
+    p.add_argument("--max-batch", type=int, default=2000, help="messages per batch from the source")
+    p.add_argument("beam_args", nargs="*", metavar="-- BEAM_ARGS", help="passed to Beam's PipelineOptions")
+
+
+def _produce_parser(sub) -> None:
+    p = sub.add_parser("produce", help="stream a data file or generated data into a topic as Avro events",
+                       description="CSV rows become dense Events, libsvm rows sparse ones; ids are FILE:LINE.")
+    p.add_argument("data", nargs="?", metavar="DATA", help="CSV or libsvm file (or use --generate)")
+    _add_kafka_options(p, "the topic to write (created when missing)")
+    p.add_argument("--format", choices=["csv", "libsvm"], help="file format (default: from the extension)")
+    p.add_argument("--label", default=None, help="CSV label column: header name or 0-based index")
+    p.add_argument("--generate", choices=["toy"], help="generated data instead of a file (seed 000 §4.1)")
+    p.add_argument("--n", type=int, default=5000, help="--generate: number of events")
+    p.add_argument("--seed", type=int, default=0, help="--generate: random seed")
+    p.add_argument("--partitions", type=int, default=None, help="partitions when creating the topic (default 1)")
+    p.add_argument("--model", default="default", help="the model name the events carry")
+    p.add_argument("--rate", type=float, default=None, help="events per second (default: as fast as possible)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _tail_parser(sub) -> None:
+    p = sub.add_parser("tail", help="decode and print the records of a topic",
+                       description="Prints every record from the start of each partition. A Prediction's raw "
+                                   "score ŷ is the field `score`.")
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("--bootstrap", required=True, metavar="HOST:PORT")
+    p.add_argument("--format", choices=["json", "csv"], default="json")
+    p.add_argument("--max", type=int, default=None, metavar="N", help="stop after N records")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="stop after S seconds without a record")
+    p.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--kafka-config-file", metavar="FILE")
+    p.add_argument("--schema-registry", metavar="URL")
+
+
+def _demo_parser(sub) -> None:
+    p = sub.add_parser("demo", help="the main job: embedded broker, a real data stream, the pipeline, "
+                                    "predictions, a checkpoint and a learning curve",
+                       description="Streams scikit-learn's breast cancer data (raw, unnormalised) through the "
+                                   "pipeline on an embedded broker.")
+    p.add_argument("--out", default="scinol-demo", help="directory for checkpoints and the plot")
+    p.add_argument("--passes", type=int, default=20, help="shuffled passes over the 569 rows (default 20)")
+    p.add_argument("--keep-broker", action="store_true", help="keep the broker up afterwards, until Ctrl-C")
+
+
+def _model_parser(sub) -> None:
+    p = sub.add_parser("model", help="inspect or export a saved model or checkpoint")
+    msub = p.add_subparsers(dest="model_command", required=True, parser_class=_Parser)
+    i = msub.add_parser("inspect", help="print the header and the largest weights")
+    i.add_argument("path", metavar="PATH")
+    i.add_argument("--top", type=int, default=10, help="how many weights (default 10)")
+    e = msub.add_parser("export", help="write the weights as JSON, CSV or Parquet")
+    e.add_argument("path", metavar="PATH")
+    e.add_argument("--format", choices=["json", "csv", "parquet"], default="json")
+    e.add_argument("-o", "--output", default=None, help="output file (default: PATH.weights.FORMAT)")
+
+
 def _learners_parser(sub) -> None:
     sub.add_parser("learners", help="list the learners, their parameters and properties",
                    description="Every learner usable with --learner / make_learner(name).")
@@ -76,6 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
     _generate_parser(sub)
     _learners_parser(sub)
     _broker_parser(sub)
+    _run_parser(sub)
+    _produce_parser(sub)
+    _tail_parser(sub)
+    _demo_parser(sub)
+    _model_parser(sub)
     return parser
 
 
@@ -120,6 +213,26 @@ def main(argv=None) -> int:
             from .learn_command import run_generate
 
             return run_generate(args)
+        if args.command == "run":
+            from .run_command import run_run
+
+            return run_run(args)
+        if args.command in ("produce", "tail"):
+            from . import run_command
+
+            return run_command.run_produce(args) if args.command == "produce" else run_command.run_tail(args)
+        if args.command == "model":
+            from . import model_command
+
+            if args.model_command == "inspect":
+                model_command.inspect(args.path, args.top)
+            else:
+                print(f"wrote {model_command.export(args.path, args.format, args.output)}", file=sys.stderr)
+            return 0
+        if args.command == "demo":
+            from .demo import run_demo
+
+            return run_demo(args.out, args.passes, args.keep_broker)
         if args.command == "broker":
             return run_broker(args)
         if args.command == "learners":

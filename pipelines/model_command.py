@@ -1,0 +1,57 @@
+"""``scinol model inspect|export``: look at a saved model or checkpoint."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+from learners import OnlineLearner
+
+
+def _names(model: OnlineLearner, n: int) -> list[str]:
+    offset = int(model.bias)
+    return (["bias"] if model.bias else []) + [str(i - offset) for i in range(offset, n)]
+
+
+def inspect(path: str, top: int = 10, out=sys.stdout) -> None:
+    model = OnlineLearner.load(path)
+    header = {k: v for k, v in model.loaded_header.items() if k not in ("fill",)}
+    print(json.dumps(header, indent=1, sort_keys=True, default=str), file=out)
+    w = model.weights()
+    names = _names(model, w.shape[0])
+    print(f"\n{model.algorithm.name}, {model.n_examples:,} examples learned, {w.shape[0]:,} coordinates "
+          f"({int((w != 0).any(axis=1).sum()):,} non-zero), {w.shape[1]} output(s)", file=out)
+    order = np.argsort(-np.abs(w).max(axis=1))[:top]
+    print(f"top {len(order)} weights by magnitude (feature: weight per output; bias is the constant feature):",
+          file=out)
+    for j in order:
+        print(f"  {names[j]:>10}: " + " ".join(f"{v:+.6g}" for v in w[j]), file=out)
+
+
+def export(path: str, fmt: str, output: str | None) -> str:
+    """Write the weights as a table: feature, output, weight."""
+    model = OnlineLearner.load(path)
+    w = model.weights()
+    names = _names(model, w.shape[0])
+    output = output or f"{path}.weights.{fmt}"
+    rows_feature = np.repeat(names, w.shape[1])
+    rows_output = np.tile(np.arange(w.shape[1]), w.shape[0])
+    weights = w.reshape(-1)
+    if fmt == "json":
+        with open(output, "w") as f:
+            json.dump({"learner": model.algorithm.name, "loss": model.loss, "bias": model.bias,
+                       "features": names, "weights": w.tolist()}, f)
+    elif fmt == "csv":
+        with open(output, "w") as f:
+            f.write("feature,output,weight\n")
+            for name, k, v in zip(rows_feature.tolist(), rows_output.tolist(), weights.tolist()):
+                f.write(f"{name},{k},{v!r}\n")
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.table({"feature": rows_feature, "output": rows_output, "weight": weights})
+        pq.write_table(table.replace_schema_metadata({"learner": model.algorithm.name, "loss": model.loss}), output)
+    return output

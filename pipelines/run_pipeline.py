@@ -1,0 +1,128 @@
+"""Build and run the exact-mode pipeline (``scinol run``)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from .checkpoints import CheckpointStore
+from .kafka_io import ReadFromKafka, WriteToKafka
+from .transforms import DecodeEvents, EncodeRecords, LearnerConfig, LearnModels
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunConfig:
+    bootstrap: str
+    topic: str
+    predictions_topic: str
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    bounded: bool = False
+    checkpoint_dir: str | None = None
+    checkpoint_every: int | None = None
+    checkpoint_seconds: float | None = None
+    checkpoint_topic: str | None = None
+    dead_letter_topic: str | None = None
+    group_id: str | None = None
+    kafka_config: dict = field(default_factory=dict)
+    registry_url: str | None = None
+    max_batch: int = 2000
+    stop_after: int | None = None
+    progress_seconds: float | None = 5.0
+    beam_args: list = field(default_factory=list)
+
+    @property
+    def dlq_topic(self) -> str:
+        return self.dead_letter_topic or f"{self.topic}.dlq"
+
+    @property
+    def ckpt_topic(self) -> str:
+        return self.checkpoint_topic or f"{self.predictions_topic}.checkpoints"
+
+
+def resume_offsets(cfg: RunConfig) -> dict[int, int] | None:
+    """Where to start reading so that every model's checkpoint is covered:
+    per partition of the input topic, the smallest next-offset over the
+    models' newest checkpoints (events a model has already learned are
+    skipped by that model). None without checkpoints."""
+    if not cfg.checkpoint_dir:
+        return None
+    store = CheckpointStore(cfg.checkpoint_dir)
+    starts: dict[int, int] = {}
+    checkpoints = [store.latest(m) for m in store.models()]
+    for ckpt in filter(None, checkpoints):
+        for (topic, partition), offset in ckpt.offsets.items():
+            if topic == cfg.topic:
+                starts[partition] = min(offset, starts.get(partition, offset))
+    return starts or None
+
+
+def ensure_topics(cfg: RunConfig) -> None:
+    """Create the output topics when missing (the checkpoint topic compacted)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cfg.bootstrap, **cfg.kafka_config})
+    existing = set(admin.list_topics(timeout=10).topics)
+    wanted = [NewTopic(cfg.predictions_topic, 1, 1), NewTopic(cfg.dlq_topic, 1, 1),
+              NewTopic(cfg.ckpt_topic, 1, 1, config={"cleanup.policy": "compact"})]
+    missing = [t for t in wanted if t.topic not in existing]
+    for topic, future in admin.create_topics(missing).items() if missing else ():
+        try:
+            future.result(15)
+        except Exception as exc:  # created meanwhile by someone else is fine
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise
+
+
+def build(p: beam.Pipeline, cfg: RunConfig) -> None:
+    starts = resume_offsets(cfg)
+    if starts:
+        log.warning("resuming %s from checkpoint offsets %s", cfg.topic, starts)
+    lc = cfg.learner
+    batches = p | "ReadEvents" >> ReadFromKafka(
+        cfg.bootstrap, cfg.topic, bounded=cfg.bounded, group_id=cfg.group_id, start_offsets=starts,
+        consumer_config=cfg.kafka_config, max_batch=cfg.max_batch, stop_after=cfg.stop_after)
+    decoded = batches | "Decode" >> beam.ParDo(DecodeEvents(lc.loss, lc.n_classes, cfg.registry_url)).with_outputs(
+        DecodeEvents.DEAD, main="events")
+    learned = decoded.events | "Learn" >> beam.ParDo(LearnModels(
+        lc, cfg.checkpoint_dir, cfg.checkpoint_every, cfg.checkpoint_seconds, cfg.progress_seconds)).with_outputs(
+        LearnModels.CHECKPOINTS, main="predictions")
+    producer = dict(cfg.kafka_config)
+    (learned.predictions
+     | "EncodePredictions" >> beam.ParDo(EncodeRecords("scinol.Prediction", registry_url=cfg.registry_url))
+     | "WritePredictions" >> WriteToKafka(cfg.bootstrap, cfg.predictions_topic, producer_config=producer))
+    (decoded[DecodeEvents.DEAD]
+     | "EncodeDeadLetters" >> beam.ParDo(EncodeRecords("scinol.DeadLetter", registry_url=cfg.registry_url))
+     | "WriteDeadLetters" >> WriteToKafka(cfg.bootstrap, cfg.dlq_topic, producer_config=producer))
+    (learned[LearnModels.CHECKPOINTS]
+     | "EncodeCheckpoints" >> beam.ParDo(EncodeRecords("scinol.ModelCheckpoint", key="model",
+                                                       registry_url=cfg.registry_url))
+     | "WriteCheckpoints" >> WriteToKafka(cfg.bootstrap, cfg.ckpt_topic, producer_config=producer))
+
+
+def pipeline_options(cfg: RunConfig) -> tuple[PipelineOptions, object]:
+    """Options from the pass-through Beam flags; the runner is chosen
+    explicitly: the FnApiRunner unless ``--runner`` says otherwise (the
+    DirectRunner would first try to download Prism, which cannot work here)."""
+    options = PipelineOptions(cfg.beam_args)
+    options.view_as(beam.options.pipeline_options.StandardOptions).streaming = not cfg.bounded
+    runner_name = options.view_as(beam.options.pipeline_options.StandardOptions).runner
+    if runner_name:
+        return options, runner_name
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    return options, FnApiRunner()
+
+
+def run(cfg: RunConfig):
+    ensure_topics(cfg)
+    options, runner = pipeline_options(cfg)
+    p = beam.Pipeline(runner=runner, options=options)
+    build(p, cfg)
+    result = p.run()
+    result.wait_until_finish()
+    return result
