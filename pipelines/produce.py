@@ -114,7 +114,7 @@ def produce_events(bootstrap: str, topic: str, events: Iterable[dict], *, partit
     from schemas.codec import Codec
 
     n_partitions = ensure_topic(bootstrap, topic, partitions, kafka_config)
-    codec = Codec.for_registry(registry_url)
+    codec = Codec(registry_url)
     errors: list[str] = []
 
     def delivered(err, msg):

@@ -33,7 +33,7 @@ def tail(bootstrap: str, topic: str, *, fmt: str = "json", max_records: int | No
 
     from schemas.codec import Codec, DecodeError
 
-    codec = Codec.for_registry(registry_url)
+    codec = Codec(registry_url)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"scinol-tail-{time.time_ns()}",
                          "enable.auto.commit": False, "session.timeout.ms": 6000, **(kafka_config or {})})
     try:

@@ -71,7 +71,7 @@ class DecodeEvents(beam.DoFn):
     def setup(self):
         from schemas.codec import Codec, DecodeError, validate_event
 
-        self.codec = Codec.for_registry(self.registry_url)
+        self.codec = Codec(self.registry_url)
         self.decode_error, self.validate = DecodeError, validate_event
         self.events = Metrics.counter(NAMESPACE, "events")
         self.dead = Metrics.counter(NAMESPACE, "dead_letters")
@@ -177,7 +177,7 @@ class EncodeRecords(beam.DoFn):
     def setup(self):
         from schemas.codec import Codec
 
-        self.codec = Codec.for_registry(self.registry_url)
+        self.codec = Codec(self.registry_url)
 
     def process(self, record):
         value = self.codec.encode(self.record_type, record)
