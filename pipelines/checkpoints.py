@@ -120,6 +120,17 @@ class CheckpointStore:
         return None
 
 
+CHECKPOINT_FIELDS = ("model", "learner", "params", "loss", "loss_param", "n_outputs", "bias", "n_coords",
+                     "event_count", "offsets", "schema_version", "checksum", "uri", "created_ms")
+
+
+def checkpoint_record(manifest: dict) -> dict:
+    """A manifest as a ``ModelCheckpoint`` Avro record (the compacted topic's value)."""
+    record = {k: manifest[k] for k in CHECKPOINT_FIELDS}
+    record["params"] = {k: float(v) for k, v in record["params"].items()}
+    return record
+
+
 def _verify(path: str) -> str | None:
     """None if the sidecar checksum matches (or there is no sidecar: the
     state file's own per-array checksums are checked on load)."""

@@ -39,13 +39,25 @@ Reading
     backfills.
 
 * ``_ReadPartitionFn`` processes one partition restriction with an
-  ``OffsetRestrictionTracker``: it claims every message's offset before it
-  emits it (so runner-initiated splits are honoured), keeps one consumer per
-  (DoFn instance, partition) across calls, and returns with
-  ``defer_remainder`` (an SDF checkpoint) when the partition is idle
-  (unbounded) or after ``checkpoint_seconds`` of reading (both modes, so
-  partitions take turns and offsets get committed as it goes). Bounded
-  restrictions finish at ``stop``.
+  ``OffsetRestrictionTracker`` and keeps one consumer per (DoFn instance,
+  partition) across calls (re-assigned only when a restriction does not start
+  where the consumer stands). It claims each batch before emitting it, with
+  one ``try_claim`` of the batch's last offset (exact under runner-initiated
+  splits; see ``_process``), and returns with ``defer_remainder`` (an SDF
+  checkpoint) when the partition is idle (unbounded) or after
+  ``checkpoint_seconds`` of reading (both modes, so partitions take turns and
+  offsets get committed as it goes). Bounded restrictions finish at ``stop``.
+
+* Consumers get ``enable.auto.commit=false``, ``session.timeout.ms=6000``,
+  ``auto.offset.reset=earliest`` (only reached when a start offset is below
+  the log start), ``enable.partition.eof=true`` (how the end of a partition is
+  seen) and ``fetch.queue.backoff.ms=10`` (librdkafka's 1000 ms default
+  stalls a reader slower than its fetcher); ``consumer_config`` overrides all
+  but the first and the EOF setting (TLS, SASL, fetch sizes...).
+
+* Counters (namespace ``kafka_io``): ``messages_read``, ``batches_read``,
+  ``idle_checkpoints``, ``timed_checkpoints``; ``messages_delivered`` for
+  the writer.
 
 * Event time: each batch is emitted with the timestamp of its newest message
   (never below the current watermark, so nothing is late), and a
@@ -58,8 +70,9 @@ Reading
   so a restarted pipeline resumes exactly after the last committed output:
   nothing lost, nothing repeated (for a runner that finalizes bundles; a crash
   between the bundle commit and the finalizer repeats that bundle, as with
-  any Kafka consumer that commits after processing). Commits are monotonic per
-  partition. Consumers use ``assign`` (no group membership/rebalancing); the
+  any Kafka consumer that commits after processing; exactly-once across
+  crashes needs the offsets stored with the state, DESIGN §4). Commits are
+  monotonic per partition. Consumers use ``assign`` (no group membership/rebalancing); the
   group is only an offset store.
 
 Writing
@@ -95,16 +108,19 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import apache_beam as beam
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
+from apache_beam.metrics import Metrics
 from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 _LOG = logging.getLogger(__name__)
+
+METRICS_NAMESPACE = "kafka_io"
 
 UNBOUNDED_STOP = sys.maxsize
 
@@ -134,6 +150,11 @@ def _consumer_config(bootstrap: str, group_id: Optional[str], consumer_config: O
         "session.timeout.ms": 6000,
         "auto.offset.reset": "earliest",  # only used when a start offset is below the log start
         "enable.partition.eof": True,
+        # librdkafka backs a partition's fetcher off for this long once its
+        # local queue is full (queued.min.messages / queued.max.messages.kbytes);
+        # the default 1000 ms drains the queue and stalls a reader that is
+        # slower than the fetcher (measured: ~1.2 s per 200k messages).
+        "fetch.queue.backoff.ms": 10,
     }
     conf.update(consumer_config or {})
     # Not overridable: offsets are committed only from bundle finalizers, and
@@ -185,9 +206,13 @@ class _ResolvePartitions(beam.DoFn):
         self._timeout = resolve_timeout
 
     def process(self, _impulse):
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        from confluent_kafka import Consumer, TopicPartition
 
-        consumer = Consumer(_consumer_config(self._bootstrap, self._group_id, self._consumer_config))
+        # A fetch at the end of a partition is held by the broker for
+        # fetch.wait.max.ms (500 ms by default) before it answers with the
+        # high watermark: keep that short here, where it only delays the start.
+        consumer = Consumer(_consumer_config(self._bootstrap, self._group_id,
+                                             {"fetch.wait.max.ms": 50, **(self._consumer_config or {})}))
         try:
             md = consumer.list_topics(self._topic, timeout=self._timeout)
             tmd = md.topics.get(self._topic)
@@ -318,6 +343,10 @@ class _ReadPartitionFn(beam.DoFn):
         self._slots: dict[tuple[str, int], _ConsumerSlot] = {}
         self._committed: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
+        self._messages = Metrics.counter(METRICS_NAMESPACE, "messages_read")
+        self._batches = Metrics.counter(METRICS_NAMESPACE, "batches_read")
+        self._idle_checkpoints = Metrics.counter(METRICS_NAMESPACE, "idle_checkpoints")
+        self._timed_checkpoints = Metrics.counter(METRICS_NAMESPACE, "timed_checkpoints")
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -375,6 +404,10 @@ class _ReadPartitionFn(beam.DoFn):
             try:
                 consumer.commit(offsets=[TopicPartition(topic, partition, next_offset)], asynchronous=False)
                 self._committed[key] = next_offset
+                # (No Beam counter here: finalizers run outside the bundle's
+                # metrics context, so the FnApiRunner would drop it.)
+                _LOG.debug("committed %s[%d] offset %d for group %r", topic, partition, next_offset,
+                           self._group_id)
             except Exception as exc:  # noqa: BLE001
                 # Not data loss: a later commit supersedes this one; a restart
                 # before then re-reads from the previous commit.
@@ -390,6 +423,7 @@ class _ReadPartitionFn(beam.DoFn):
         from confluent_kafka import KafkaError, TIMESTAMP_NOT_AVAILABLE
 
         rng = tracker.current_restriction()
+        _LOG.debug("process %s %s", spec, rng)
         topic, partition = spec.topic, spec.partition
         start, stop = rng.start, rng.stop
         if start >= stop:
@@ -402,6 +436,7 @@ class _ReadPartitionFn(beam.DoFn):
         wm = watermark.current_watermark()
         deadline = time.monotonic() + self._checkpoint_seconds
         max_batch = self._max_batch
+        new_tuple = tuple.__new__  # KafkaMessage(...) without the namedtuple's Python-level __new__
 
         while True:
             want = max_batch if stop >= UNBOUNDED_STOP else max(1, min(max_batch, stop - next_offset))
@@ -409,35 +444,45 @@ class _ReadPartitionFn(beam.DoFn):
             batch: list[KafkaMessage] = []
             newest_ts = -1
             reached = False  # consumer caught up with what the broker has (EOF)
-            refused = False  # the tracker refused a claim: restriction done or split
             eof_at = None
             for m in msgs:
                 err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        reached = True
-                        eof_at = m.offset()
-                        continue
-                    if _fatal_consume_error(err):
-                        raise RuntimeError(f"Kafka consumer error on {topic}[{partition}]: {err}")
+                if err is None:
+                    ts_type, ts = m.timestamp()
+                    if ts_type == TIMESTAMP_NOT_AVAILABLE:
+                        ts = -1
+                    elif ts > newest_ts:
+                        newest_ts = ts
+                    batch.append(new_tuple(KafkaMessage, (topic, partition, m.offset(), ts, m.key(), m.value())))
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    reached = True
+                    eof_at = m.offset()
+                elif _fatal_consume_error(err):
+                    raise RuntimeError(f"Kafka consumer error on {topic}[{partition}]: {err}")
+                else:
                     _LOG.warning("Kafka consumer error on %s[%d] (retrying): %s", topic, partition, err)
-                    continue
-                off = m.offset()
-                if off < next_offset:  # stale (cannot happen after assign; be safe)
-                    continue
-                if not tracker.try_claim(off):
-                    refused = True
-                    break
-                next_offset = off + 1
-                ts_type, ts = m.timestamp()
-                if ts_type == TIMESTAMP_NOT_AVAILABLE:
-                    ts = -1
-                elif ts > newest_ts:
-                    newest_ts = ts
-                batch.append(KafkaMessage(topic, partition, off, ts, m.key(), m.value()))
+            if batch and batch[0].offset < next_offset:  # stale (cannot happen after assign; be safe)
+                batch = [km for km in batch if km.offset >= next_offset]
 
+            # Claim the batch with ONE try_claim of its last offset (a claim per
+            # message costs more than building the message). Exact under
+            # concurrent splits: if the claim succeeds, the stop offset was
+            # above every offset of the batch when claimed, and a later split
+            # can only cut after it. If it fails, the claim attempt at or past
+            # the stop freezes the restriction (try_split cannot cut below an
+            # attempted position), so its final stop is known and the offsets
+            # below it are this restriction's and no other's: emit those, end.
+            refused = False  # the tracker refused: restriction done or split
+            if batch and not tracker.try_claim(batch[-1].offset):
+                refused = True
+                final_stop = tracker.current_restriction().stop
+                batch = [km for km in batch if km.offset < final_stop]
+                newest_ts = max((km.timestamp_ms for km in batch), default=-1)
             if batch:
+                next_offset = batch[-1].offset + 1
                 progress["next"] = next_offset
+                self._messages.inc(len(batch))
+                self._batches.inc()
                 if self._group_id is not None and not finalizer_registered:
                     # Reads progress["next"] when the bundle is finalized: the
                     # offset after the last message this call emitted.
@@ -465,15 +510,20 @@ class _ReadPartitionFn(beam.DoFn):
 
             # With a gap at the end (e.g. transaction markers) the fetch
             # position (reported by EOF) is past the last message.
+            # (An EOF event follows every message before it, so no message
+            # lies between next_offset and eof_at.)
             fetched_to = max(next_offset, eof_at) if eof_at is not None else next_offset
+            stop = tracker.current_restriction().stop  # a runner split may have lowered it
             if fetched_to >= stop:
                 tracker.try_claim(stop)  # refused; marks the restriction done
                 return
             idle = not batch and (reached or not msgs)
             if idle and self._unbounded:
+                self._idle_checkpoints.inc()
                 tracker.defer_remainder(Duration(micros=int(self._poll_timeout * 1e6)))
                 return
             if time.monotonic() >= deadline:
+                self._timed_checkpoints.inc()
                 tracker.defer_remainder()
                 return
 
@@ -573,6 +623,7 @@ class _KafkaWriteFn(beam.DoFn):
         self._producer = None
         self._errors: list[tuple[str, int, str]] = []
         self._failed = 0
+        self._delivered = Metrics.counter(METRICS_NAMESPACE, "messages_delivered")
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -591,7 +642,10 @@ class _KafkaWriteFn(beam.DoFn):
         self._failed = 0
 
     def _on_delivery(self, err, msg):
-        if err is not None:
+        # Called from poll()/flush() in this DoFn's thread, during the bundle.
+        if err is None:
+            self._delivered.inc()
+        else:
             self._failed += 1
             if len(self._errors) < self._MAX_ERRORS_KEPT:
                 self._errors.append((msg.topic() or self._topic, msg.partition(), str(err)))
@@ -599,10 +653,9 @@ class _KafkaWriteFn(beam.DoFn):
     def _raise_if_failed(self):
         if self._failed:
             topic, partition, err = self._errors[0]
-            where = f"{topic}[{partition}]" if partition is not None and partition >= 0 else f"{topic}"
-            more = f" (and {self._failed - 1} more failed)" if self._failed > 1 else ""
-            raise RuntimeError(f"Kafka delivery to topic {topic!r} partition {partition} failed: {err}{more}; "
-                               f"first failure at {where}")
+            part = partition if partition is not None and partition >= 0 else "(unassigned)"
+            more = f" (and {self._failed - 1} more messages failed)" if self._failed > 1 else ""
+            raise RuntimeError(f"Kafka delivery to topic {topic!r} partition {part} failed: {err}{more}")
 
     def _produce(self, key, value):
         from confluent_kafka import KafkaException
@@ -628,6 +681,10 @@ class _KafkaWriteFn(beam.DoFn):
             value = _to_bytes(item, "value")
             key = _to_bytes(self._key_fn(item), "key") if self._key_fn is not None else None
         self._produce(key, value)
+
+    def start_bundle(self):
+        self._errors = []
+        self._failed = 0
 
     def process(self, element):
         if isinstance(element, list):

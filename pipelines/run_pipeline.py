@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import typing
 from dataclasses import dataclass, field
 
 import apache_beam as beam
@@ -88,13 +89,12 @@ def build(p: beam.Pipeline, cfg: RunConfig) -> None:
         consumer_config=cfg.kafka_config, max_batch=cfg.max_batch, stop_after=cfg.stop_after)
     decoded = batches | "Decode" >> beam.ParDo(DecodeEvents(lc.loss, lc.n_classes, cfg.registry_url)).with_outputs(
         DecodeEvents.DEAD, main="events")
-    learned = decoded.events | "Learn" >> beam.ParDo(LearnModels(
-        lc, cfg.checkpoint_dir, cfg.checkpoint_every, cfg.checkpoint_seconds, cfg.progress_seconds)).with_outputs(
+    learned = decoded.events | "LearnAndPredict" >> beam.ParDo(LearnModels(
+        lc, cfg.checkpoint_dir, cfg.checkpoint_every, cfg.checkpoint_seconds, cfg.progress_seconds,
+        bootstrap=cfg.bootstrap, predictions_topic=cfg.predictions_topic, kafka_config=cfg.kafka_config,
+        registry_url=cfg.registry_url)).with_input_types(typing.Tuple[str, typing.Any]).with_outputs(
         LearnModels.CHECKPOINTS, main="predictions")
     producer = dict(cfg.kafka_config)
-    (learned.predictions
-     | "EncodePredictions" >> beam.ParDo(EncodeRecords("scinol.Prediction", registry_url=cfg.registry_url))
-     | "WritePredictions" >> WriteToKafka(cfg.bootstrap, cfg.predictions_topic, producer_config=producer))
     (decoded[DecodeEvents.DEAD]
      | "EncodeDeadLetters" >> beam.ParDo(EncodeRecords("scinol.DeadLetter", registry_url=cfg.registry_url))
      | "WriteDeadLetters" >> WriteToKafka(cfg.bootstrap, cfg.dlq_topic, producer_config=producer))

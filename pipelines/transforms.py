@@ -29,7 +29,7 @@ from apache_beam.transforms.window import GlobalWindow
 
 from learners import make_learner
 
-from .checkpoints import CheckpointStore
+from .checkpoints import CheckpointStore, checkpoint_record
 from .model_runner import ModelRunner
 
 log = logging.getLogger(__name__)
@@ -99,25 +99,40 @@ class DecodeEvents(beam.DoFn):
 
 class LearnModels(beam.DoFn):
     """Stateful, keyed by model name: one :class:`ModelRunner` per model, so
-    each model sees its events in arrival (offset) order. Emits Prediction
-    records, and ModelCheckpoint headers (tag ``checkpoints``) every N events
-    / T seconds and when the input ends. The model lives in worker memory;
-    its durability is the checkpoint plus the Kafka offsets it covers
-    (DESIGN.md §4): a restarted pipeline resumes from there."""
+    each model sees its events in arrival (offset) order. Produces the
+    Prediction records to the predictions topic itself, and emits
+    ModelCheckpoint headers (tag ``checkpoints``) every N events / T seconds
+    and when the input ends.
+
+    The model lives in worker memory; its durability is the checkpoint plus
+    the Kafka offsets it covers (DESIGN.md §4): a restarted pipeline resumes
+    from there. A checkpoint is written only after the predictions it covers
+    are acknowledged by Kafka (flush first), so a crash at any moment loses
+    no prediction; predictions made after the last checkpoint are made again
+    on restart (at-least-once), updates are applied exactly once."""
 
     CHECKPOINTS = "checkpoints"
     EVENTS = ReadModifyWriteStateSpec("events", VarIntCoder())
     END = TimerSpec("end", TimeDomain.WATERMARK)
 
     def __init__(self, config: LearnerConfig, checkpoint_dir: str | None, every_events: int | None,
-                 every_seconds: float | None, progress_seconds: float | None = 5.0):
+                 every_seconds: float | None, progress_seconds: float | None = 5.0, *, bootstrap: str,
+                 predictions_topic: str, kafka_config: dict | None = None, registry_url: str | None = None):
         self.config, self.checkpoint_dir = config, checkpoint_dir
+        self.bootstrap, self.predictions_topic = bootstrap, predictions_topic
+        self.kafka_config, self.registry_url = dict(kafka_config or {}), registry_url
         self.every_events, self.every_seconds = every_events, every_seconds
         self.progress_seconds = progress_seconds
 
     def setup(self):
         self.runners: dict[str, ModelRunner] = {}
         self.store = CheckpointStore(self.checkpoint_dir) if self.checkpoint_dir else None
+        from schemas.codec import Codec
+
+        from .kafka_writer import KafkaWriter
+
+        self.codec = Codec(self.registry_url)
+        self.writer = KafkaWriter(self.bootstrap, self.predictions_topic, self.kafka_config)
         self.predictions = Metrics.counter(NAMESPACE, "predictions")
         self.started = time.monotonic()
         self.last_report = self.started
@@ -137,19 +152,28 @@ class LearnModels(beam.DoFn):
         predictions = runner.process(items)
         events.write(runner.events)
         end.set(GlobalWindow().max_timestamp())  # fires when the input is done (bounded runs)
+        encode = self.codec.encode
+        for p in predictions:
+            self.writer.produce(encode("scinol.Prediction", p))
         self.predictions.inc(len(predictions))
         Metrics.gauge(NAMESPACE, f"mean_loss_micros_{model}").set(int(runner.mean_loss * 1e6)
                                                                   if runner.labelled else 0)
-        yield from predictions
         if runner.checkpoint_due():
-            yield beam.pvalue.TaggedOutput(self.CHECKPOINTS, runner.checkpoint())
+            yield self._checkpoint(runner)
         self._report()
+
+    def _checkpoint(self, runner: ModelRunner):
+        self.writer.flush()  # the predictions the checkpoint covers are in Kafka first
+        return beam.pvalue.TaggedOutput(self.CHECKPOINTS, checkpoint_record(runner.checkpoint()))
+
+    def finish_bundle(self):
+        self.writer.flush()
 
     @on_timer(END)
     def at_end(self, key=beam.DoFn.KeyParam):
         runner = self.runners.get(key)
         if runner is not None and self.store is not None:
-            yield beam.pvalue.TaggedOutput(self.CHECKPOINTS, runner.checkpoint())
+            yield self._checkpoint(runner)
         self._report(force=True)
 
     def _report(self, force: bool = False):
