@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from gen import features, labels, to_csr
+from compare import assert_scores_match, run_reference
 from learners import make_learner
 from reference_baselines import REFERENCES, ReferenceAdam
 
@@ -38,22 +39,9 @@ def n_classes(loss):
 def reference_run(name, X, y, loss, *, bias=True, ref=None, **params):
     K = n_classes(loss) or 1
     ref = ref or REFERENCES[name](X.shape[1] + bias, K, **params)
-    scores, scales = [], []
-    for row, label in zip(X, y):
-        yhat, scale, _ = ref.step(([1.0] if bias else []) + row.tolist(), float(label), loss)
-        scores.append(yhat)
-        scales.append(scale)
-    return np.array(scores), np.array(scales), ref
+    return (*run_reference(ref, X, y, loss, bias), ref)
 
 
-def assert_scores_match(got, want, scale):
-    """|ŷ - ŷ_ref| within RTOL of Σ_j |x_j w_j|: a dot product is only as
-    exact as the magnitude of its terms."""
-    got = got.reshape(want.shape)
-    err = np.abs(got - want)
-    bound = RTOL * scale + 1e-300
-    worst = np.unravel_index(np.argmax(err / bound), err.shape)
-    assert np.all(err <= bound), f"row {worst[0]}: kernel {got[worst]!r} vs reference {want[worst]!r}"
 
 
 def assert_close(got, want, magnitude, what):

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from gen import BINARY, features, labels, to_csr
+from compare import assert_scores_match, run_reference
 from learners import make_learner
 from reference import loss_grad
 from reference_ogd_kt import ReferenceKT, ReferenceOGD
@@ -44,26 +45,13 @@ def make_reference(name, d, K, params):
 
 def reference_run(name, X, y, loss, K, params, bias=True):
     ref = make_reference(name, X.shape[1] + bias, K, params)
-    scores, scales = [], []
-    for row, label in zip(X, y):
-        x = ([1.0] if bias else []) + row.tolist()
-        yhat, scale, _ = ref.step(x, float(label), loss)
-        scores.append(yhat)
-        scales.append(scale)
-    return np.array(scores), np.array(scales), ref
+    return (*run_reference(ref, X, y, loss, bias), ref)
 
 
 def model_for(name, loss, bias=True, **params):
     return make_learner(name, loss, n_classes=3 if loss == "softmax" else None, bias=bias, **params)
 
 
-def assert_scores_match(got, want, scale):
-    """|ŷ - ŷ_ref| within RTOL of Σ_j |x_j w_j| (as test_scinol_reference)."""
-    got = got.reshape(want.shape)
-    err = np.abs(got - want)
-    bound = RTOL * scale + 1e-300
-    worst = np.unravel_index(np.argmax(err / bound), err.shape)
-    assert np.all(err <= bound), f"row {worst[0]}: kernel {got[worst]!r} vs reference {want[worst]!r}"
 
 
 def close(got, want, magnitude, what):

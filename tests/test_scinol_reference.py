@@ -7,6 +7,7 @@ import pytest
 
 from gen import BINARY, REGRESSION, features, labels, to_csr
 from learners import make_learner
+from compare import assert_scores_match, run_reference
 from reference import ReferenceScInOL
 
 RTOL = 1e-12
@@ -15,23 +16,9 @@ CASES = [(v, loss) for v in (1, 2) for loss in BINARY + REGRESSION + ("softmax",
 
 def reference_run(variant, X, y, loss, n_outputs, bias):
     ref = ReferenceScInOL(variant, X.shape[1] + bias, n_outputs)
-    scores, scales = [], []
-    for row, label in zip(X, y):
-        x = ([1.0] if bias else []) + row.tolist()
-        yhat, scale, _ = ref.step(x, float(label), loss)
-        scores.append(yhat)
-        scales.append(scale)
-    return np.array(scores), np.array(scales), ref
+    return (*run_reference(ref, X, y, loss, bias), ref)
 
 
-def assert_scores_match(got, want, scale):
-    """|ŷ - ŷ_ref| within RTOL of Σ_j |x_j w_j|: a dot product is only as
-    exact as the magnitude of its terms."""
-    got = got.reshape(want.shape)
-    err = np.abs(got - want)
-    bound = RTOL * scale + 1e-300
-    worst = np.unravel_index(np.argmax(err / bound), err.shape)
-    assert np.all(err <= bound), f"row {worst[0]}: kernel {got[worst]!r} vs reference {want[worst]!r}"
 
 
 def assert_state_matches(model, ref, n_coords):
