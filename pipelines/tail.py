@@ -25,7 +25,7 @@ def _plain(value):
 
 def tail(bootstrap: str, topic: str, *, fmt: str = "json", max_records: int | None = None,
          timeout: float = 10.0, kafka_config: dict | None = None, registry_url: str | None = None,
-         out=sys.stdout) -> int:
+         out=None) -> int:
     """Print records from the beginning of every partition until ``max_records``
     or ``timeout`` seconds without a new message. Undecodable messages are
     printed as an error object, not skipped. Returns the count printed."""
@@ -33,6 +33,7 @@ def tail(bootstrap: str, topic: str, *, fmt: str = "json", max_records: int | No
 
     from schemas.codec import Codec, DecodeError
 
+    out = out or sys.stdout
     codec = Codec(registry_url)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"scinol-tail-{time.time_ns()}",
                          "enable.auto.commit": False, "session.timeout.ms": 6000, **(kafka_config or {})})
