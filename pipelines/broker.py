@@ -73,8 +73,9 @@ class EmbeddedBroker:
                "--storage-engine", "memory://tansu/"]
         with os.fdopen(fd, "wb") as log:
             # Its own session: Ctrl-C in a terminal reaches us, and we stop it.
+            # And it dies with us even when we are killed (no leaked brokers).
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True)
+                                            start_new_session=True, preexec_fn=_die_with_parent)
         try:
             deadline = time.monotonic() + timeout
             while self.process.poll() is None and not _port_open(self.host, self.port):
@@ -115,6 +116,17 @@ class EmbeddedBroker:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent dies (Linux prctl
+    PR_SET_PDEATHSIG); elsewhere nothing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
 
 
 def _port_open(host: str, port: int) -> bool:

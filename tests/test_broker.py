@@ -58,3 +58,17 @@ def test_scinol_broker_prints_its_address_and_stops_on_ctrl_c():
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_broker_dies_with_a_killed_parent():
+    code = ("from pipelines.broker import EmbeddedBroker; import time; b = EmbeddedBroker(); b.start(); "
+            "print(b.port, b.process.pid, flush=True); time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    port, pid = map(int, parent.stdout.readline().split())
+    assert _port_open("127.0.0.1", port)
+    parent.kill()  # SIGKILL: no cleanup code runs in the parent
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _port_open("127.0.0.1", port):
+        time.sleep(0.1)
+    assert not _port_open("127.0.0.1", port)
