@@ -156,8 +156,10 @@ class LearnModels(beam.DoFn):
         for p in predictions:
             self.writer.produce(encode("scinol.Prediction", p))
         self.predictions.inc(len(predictions))
-        Metrics.gauge(NAMESPACE, f"mean_loss_micros_{model}").set(int(runner.mean_loss * 1e6)
-                                                                  if runner.labelled else 0)
+        if runner.labelled:  # gauges hold integers: parts per million
+            Metrics.gauge(NAMESPACE, f"mean_loss_ppm_{model}").set(int(runner.mean_loss * 1e6))
+            if runner.accuracy is not None:
+                Metrics.gauge(NAMESPACE, f"accuracy_ppm_{model}").set(int(runner.accuracy * 1e6))
         if runner.checkpoint_due():
             yield self._checkpoint(runner)
         self._report()
