@@ -95,7 +95,8 @@ def _run_parser(sub) -> None:
                                                             "(default: PREDICTIONS_TOPIC.checkpoints)")
     p.add_argument("--dead-letter-topic", default=None, help="default: TOPIC.dlq")
     p.add_argument("--group-id", default=None, help="consumer group (offsets committed after each bundle)")
-    p.add_argument("--stop-after", type=int, default=None, metavar="N", help="unbounded: stop after N events")
+    p.add_argument("--stop-after", type=int, default=None, metavar="N",
+                   help="unbounded: stop after the first N offsets of each partition")
     p.add_argument("--max-batch", type=int, default=2000, help="messages per batch from the source")
     p.add_argument("beam_args", nargs="*", metavar="-- BEAM_ARGS", help="passed to Beam's PipelineOptions")
 

@@ -117,6 +117,8 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
+from confluent_kafka import (TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException, Producer,
+                             TopicPartition)
 
 _LOG = logging.getLogger(__name__)
 
@@ -172,8 +174,6 @@ def _consumer_config(bootstrap: str, group_id: Optional[str], consumer_config: O
 
 
 def _fatal_consume_error(err) -> bool:
-    from confluent_kafka import KafkaError
-
     if err.fatal():
         return True
     return err.code() in (
@@ -206,8 +206,6 @@ class _ResolvePartitions(beam.DoFn):
         self._timeout = resolve_timeout
 
     def process(self, _impulse):
-        from confluent_kafka import Consumer, TopicPartition
-
         # A fetch at the end of a partition is held by the broker for
         # fetch.wait.max.ms (500 ms by default) before it answers with the
         # high watermark: keep that short here, where it only delays the start.
@@ -254,6 +252,9 @@ class _ResolvePartitions(beam.DoFn):
 
         for p in partitions:
             start = starts[p]
+            if start > stops[p]:
+                _LOG.warning("kafka %s[%d]: start offset %d is past the end offset %d; reading nothing there",
+                             self._topic, p, start, stops[p])
             stop = max(start, stops[p])
             if self._stop_after is not None:
                 stop = min(stop, start + self._stop_after)
@@ -262,8 +263,6 @@ class _ResolvePartitions(beam.DoFn):
 
     def _high_watermarks_by_fetch(self, consumer, partitions, starts) -> dict[int, int]:
         """The end offset of each partition as a fetch reports it (not ListOffsets)."""
-        from confluent_kafka import KafkaError, TopicPartition
-
         consumer.assign([TopicPartition(self._topic, p, starts[p]) for p in partitions])
         pending = set(partitions)
         deadline = time.monotonic() + self._timeout
@@ -374,8 +373,6 @@ class _ReadPartitionFn(beam.DoFn):
     # -- consumers
 
     def _slot(self, topic: str, partition: int, start: int) -> _ConsumerSlot:
-        from confluent_kafka import Consumer, TopicPartition
-
         key = (topic, partition)
         slot = self._slots.get(key)
         if slot is None:
@@ -389,7 +386,6 @@ class _ReadPartitionFn(beam.DoFn):
 
     def _commit(self, topic: str, partition: int, next_offset: int) -> None:
         """Bundle-finalizer callback: store `next_offset` (the next one to read) for the group."""
-        from confluent_kafka import TopicPartition
 
         key = (topic, partition)
         with self._lock:
@@ -399,7 +395,6 @@ class _ReadPartitionFn(beam.DoFn):
             consumer = slot.consumer if slot is not None else None
             owned = consumer is None
             if owned:
-                from confluent_kafka import Consumer
                 consumer = Consumer(_consumer_config(self._bootstrap, self._group_id, self._consumer_config))
             try:
                 consumer.commit(offsets=[TopicPartition(topic, partition, next_offset)], asynchronous=False)
@@ -420,8 +415,6 @@ class _ReadPartitionFn(beam.DoFn):
     # -- process
 
     def _process(self, spec, bundle_finalizer, tracker, watermark):
-        from confluent_kafka import KafkaError, TIMESTAMP_NOT_AVAILABLE
-
         rng = tracker.current_restriction()
         _LOG.debug("process %s %s", spec, rng)
         topic, partition = spec.topic, spec.partition
@@ -623,6 +616,7 @@ class _KafkaWriteFn(beam.DoFn):
         self._producer = None
         self._errors: list[tuple[str, int, str]] = []
         self._failed = 0
+        self._ok = 0  # deliveries confirmed in this bundle
         self._delivered = Metrics.counter(METRICS_NAMESPACE, "messages_delivered")
 
     def __getstate__(self):
@@ -633,8 +627,6 @@ class _KafkaWriteFn(beam.DoFn):
         return state
 
     def setup(self):
-        from confluent_kafka import Producer
-
         conf = {"bootstrap.servers": self._bootstrap, "linger.ms": 20}
         conf.update(self._producer_config)
         self._producer = Producer(conf)
@@ -644,7 +636,7 @@ class _KafkaWriteFn(beam.DoFn):
     def _on_delivery(self, err, msg):
         # Called from poll()/flush() in this DoFn's thread, during the bundle.
         if err is None:
-            self._delivered.inc()
+            self._ok += 1
         else:
             self._failed += 1
             if len(self._errors) < self._MAX_ERRORS_KEPT:
@@ -658,8 +650,6 @@ class _KafkaWriteFn(beam.DoFn):
             raise RuntimeError(f"Kafka delivery to topic {topic!r} partition {part} failed: {err}{more}")
 
     def _produce(self, key, value):
-        from confluent_kafka import KafkaException
-
         producer = self._producer
         while True:
             try:
@@ -685,10 +675,19 @@ class _KafkaWriteFn(beam.DoFn):
     def start_bundle(self):
         self._errors = []
         self._failed = 0
+        self._ok = 0
 
     def process(self, element):
         if isinstance(element, list):
+            produce, topic, on_delivery = self._producer.produce, self._topic, self._on_delivery
+            plain = self._key_fn is None
             for item in element:
+                if plain and type(item) is bytes:  # the common case, without the general path's calls
+                    try:
+                        produce(topic, item, on_delivery=on_delivery)
+                        continue
+                    except (BufferError, KafkaException):
+                        pass  # not queued: the general path retries or raises
                 self._write_one(item)
         else:
             self._write_one(element)
@@ -701,6 +700,8 @@ class _KafkaWriteFn(beam.DoFn):
         while self._producer.flush(1.0) > 0:
             self._raise_if_failed()
         self._raise_if_failed()
+        self._delivered.inc(self._ok)
+        self._ok = 0
 
     def teardown(self):
         if self._producer is not None:

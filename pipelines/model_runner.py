@@ -36,6 +36,7 @@ class ModelRunner:
         self.correct = 0
         self._since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
+        self._last_manifest: dict | None = None
 
     def process(self, items: list[tuple]) -> list[dict]:
         """Predict then learn each (message, event) in order; returns one
@@ -110,11 +111,17 @@ class ModelRunner:
             return True
         return bool(self.every_seconds) and time.monotonic() - self._last_checkpoint >= self.every_seconds
 
+    @property
+    def unsaved(self) -> bool:
+        """Events learned since the last checkpoint written or loaded."""
+        return self._since_checkpoint > 0 or (self.restored_from is None and self.events > 0
+                                               and self._last_manifest is None)
+
     def checkpoint(self) -> dict | None:
         """Write a checkpoint now; returns its manifest (None without a store)."""
         if self.store is None:
             return None
-        manifest = self.store.save(self.model, self.learner, self.offsets, self.events)
+        manifest = self._last_manifest = self.store.save(self.model, self.learner, self.offsets, self.events)
         self._since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         return manifest

@@ -174,7 +174,7 @@ class LearnModels(beam.DoFn):
     @on_timer(END)
     def at_end(self, key=beam.DoFn.KeyParam):
         runner = self.runners.get(key)
-        if runner is not None and self.store is not None:
+        if runner is not None and self.store is not None and runner.unsaved:
             yield self._checkpoint(runner)
         self._report(force=True)
 

@@ -367,11 +367,14 @@ def test_write_to_kafka_delivers_every_value_once(kafka_bootstrap, topic_name):
     bare = [b"%d" % i for i in range(n // 2)]                                         # bytes values, keyed by key_fn
     batches = [[(b"k%d" % i, b"%d" % i) for i in range(lo, lo + 100)] for lo in range(n // 2, n, 100)]  # lists of pairs
 
-    with beam.Pipeline(runner=FnApiRunner()) as p:
-        _ = (p | "bare" >> beam.Create(bare)
-             | "w1" >> WriteToKafka(kafka_bootstrap, topic_name, key_fn=lambda v: b"k" + v))
-        _ = (p | "batches" >> beam.Create(batches)
-             | "w2" >> WriteToKafka(kafka_bootstrap, topic_name))
+    p = beam.Pipeline(runner=FnApiRunner())
+    _ = (p | "bare" >> beam.Create(bare)
+         | "w1" >> WriteToKafka(kafka_bootstrap, topic_name, key_fn=lambda v: b"k" + v))
+    _ = (p | "batches" >> beam.Create(batches)
+         | "w2" >> WriteToKafka(kafka_bootstrap, topic_name))
+    result = p.run()
+    result.wait_until_finish()
+    assert _counters(result)["messages_delivered"] == n
 
     got = _read_all(kafka_bootstrap, topic_name, expect=n)
     values = sorted(int(v) for _, v in got.values())
