@@ -25,6 +25,7 @@ from pipelines.events import event_rows
 from pipelines.kafka_writer import KafkaWriter
 from pipelines.produce import dense_events, produce_events
 from pipelines.run_pipeline import RunConfig, run
+from pipelines.tail import read_records
 from pipelines.transforms import LearnerConfig
 from schemas.codec import Codec
 
@@ -41,16 +42,6 @@ def sparse_events(n: int, seed: int = 0, nnz: int = 50, bits: int = 20):
                "features": {"indices": idx.tolist(), "values": val.tolist()}, "label": label, "weight": None}
 
 
-def count_topic(bootstrap, topic, expected, timeout=120):
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"b{time.time_ns()}", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, 0, 0)])
-    codec, out, deadline = Codec(), [], time.monotonic() + timeout
-    while len(out) < expected and time.monotonic() < deadline:
-        out += [codec.decode(m.value()) for m in c.consume(5000, timeout=0.5) if not m.error()]
-    c.close()
-    return out
 
 
 def plain_loop(bootstrap, topic, n):
@@ -89,7 +80,7 @@ def throughput(broker, name, events, n):
     t0 = time.perf_counter()
     run(cfg)
     elapsed = time.perf_counter() - t0
-    assert len(count_topic(broker.bootstrap, cfg.predictions_topic, n)) == n
+    assert len(read_records(broker.bootstrap, cfg.predictions_topic, n)) == n
     return n / elapsed, plain_loop(broker.bootstrap, topic, n)
 
 
@@ -112,7 +103,7 @@ def latency(broker, rate, seconds):
     thread.start()
     run(cfg)
     thread.join()
-    lat = np.array([p["latency_ms"] for p in count_topic(broker.bootstrap, cfg.predictions_topic, n)])
+    lat = np.array([p["latency_ms"] for p in read_records(broker.bootstrap, cfg.predictions_topic, n)])
     return np.percentile(lat, 50), np.percentile(lat, 99), len(lat)
 
 

@@ -27,22 +27,6 @@ def load_breast_cancer_stream(passes: int, seed: int = 0):
     return data.data[order], np.where(data.target[order] == 1, 1.0, -1.0), order
 
 
-def read_predictions(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list[dict]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    from schemas.codec import Codec
-
-    codec = Codec()
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"demo-{time.time_ns()}",
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    out, deadline = [], time.monotonic() + timeout
-    while len(out) < expected and time.monotonic() < deadline:
-        for msg in consumer.consume(1000, timeout=0.5):
-            if not msg.error():
-                out.append(codec.decode(msg.value()))
-    consumer.close()
-    return out
 
 
 def learning_curve_png(path: str, losses: np.ndarray, n_rows: int) -> None:
@@ -71,6 +55,7 @@ def run_demo(out_dir: str = "scinol-demo", passes: int = 20, keep_broker: bool =
     from .broker import EmbeddedBroker
     from .produce import dense_events, produce_events
     from .run_pipeline import RunConfig, run
+    from .tail import read_records
     from .transforms import LearnerConfig
 
     started = time.monotonic()
@@ -92,7 +77,7 @@ def run_demo(out_dir: str = "scinol-demo", passes: int = 20, keep_broker: bool =
         t0 = time.monotonic()
         run(cfg)
         say(f"pipeline done in {time.monotonic() - t0:.1f} s")
-        predictions = read_predictions(broker.bootstrap, cfg.predictions_topic, len(y))
+        predictions = read_records(broker.bootstrap, cfg.predictions_topic, len(y))
         by_id = {p["event_id"]: p for p in predictions}
         losses = np.array([by_id[i]["loss"] for i in ids if i in by_id])
         acc_last = np.mean([(by_id[i]["score"] > 0) == (label > 0) for i, label in zip(ids[-569:], y[-569:])])

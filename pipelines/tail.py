@@ -69,3 +69,23 @@ def tail(bootstrap: str, topic: str, *, fmt: str = "json", max_records: int | No
         return count
     finally:
         consumer.close()
+
+
+def read_records(bootstrap: str, topic: str, expected: int, timeout: float = 60.0, partition: int = 0) -> list[dict]:
+    """Decode one partition's records from the start until ``expected`` are
+    read or ``timeout`` seconds pass (for the demo, tests and benchmarks)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from schemas.codec import Codec
+
+    codec = Codec()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"scinol-read-{time.time_ns()}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    out, deadline = [], time.monotonic() + timeout
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            out += [codec.decode(m.value()) for m in consumer.consume(5000, timeout=0.5) if not m.error()]
+    finally:
+        consumer.close()
+    return out

@@ -1,35 +1,23 @@
 """The exact-mode pipeline end to end on the embedded broker: Kafka events in,
 predictions and checkpoints out, equal to the in-memory learner."""
 
-import os
 import signal
 import subprocess
 import sys
 import time
 
 import numpy as np
-import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from learners import make_learner
 from learners.datasets import toy_examples
 from pipelines.checkpoints import CheckpointStore
 from pipelines.produce import dense_events, ensure_topic, produce_events
 from pipelines.run_pipeline import RunConfig, run
-from pipelines.transforms import LearnerConfig
+from pipelines.tail import read_records
 from schemas.codec import Codec
 
 
-def read_all(bootstrap, topic, expected, timeout=60.0):
-    codec = Codec()
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{time.time_ns()}",
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    out, deadline = [], time.monotonic() + timeout
-    while len(out) < expected and time.monotonic() < deadline:
-        out += [codec.decode(m.value()) for m in consumer.consume(5000, timeout=0.5) if not m.error()]
-    consumer.close()
-    return out
 
 
 def toy_stream(n, seed=0, model="default", unlabelled_every=None):
@@ -50,7 +38,7 @@ def test_predictions_and_final_checkpoint_equal_the_in_memory_learner(kafka_boot
     produce_events(kafka_bootstrap, topic_name, events, partitions=1, progress=False)
     cfg = config(kafka_bootstrap, topic_name, tmp_path, checkpoint_every=5000)
     run(cfg)
-    preds = read_all(kafka_bootstrap, cfg.predictions_topic, len(events))
+    preds = read_records(kafka_bootstrap, cfg.predictions_topic, len(events))
     assert [p["event_id"] for p in preds] == [e["id"] for e in events]
     want = make_learner("scinol2", "logistic").learn(X, y)
     got = np.array([p["score"] for p in preds])
@@ -60,7 +48,7 @@ def test_predictions_and_final_checkpoint_equal_the_in_memory_learner(kafka_boot
     straight = make_learner("scinol2", "logistic")
     straight.learn(X, y)
     np.testing.assert_array_equal(ckpt.learner.state.arrays["P"], straight.state.arrays["P"][: ckpt.learner.state.n_coords])
-    headers = read_all(kafka_bootstrap, cfg.ckpt_topic, 4)
+    headers = read_records(kafka_bootstrap, cfg.ckpt_topic, 4)
     counts = [h["event_count"] for h in headers]  # every ≥ 5000 events (checked per batch), then at the end
     assert counts[-1] == 20_000 and len(counts) >= 3 and counts == sorted(set(counts)) and counts[0] >= 5000
     assert all(h["model"] == "default" and h["learner"] == "scinol2" for h in headers)
@@ -79,7 +67,7 @@ def test_two_models_in_one_stream_learn_independently(kafka_bootstrap, topic_nam
     produce_events(kafka_bootstrap, topic_name, mixed, partitions=1, progress=False)
     cfg = config(kafka_bootstrap, topic_name, tmp_path)
     run(cfg)
-    preds = read_all(kafka_bootstrap, cfg.predictions_topic, len(mixed))
+    preds = read_records(kafka_bootstrap, cfg.predictions_topic, len(mixed))
     for model, X, y in (("a", Xa, ya), ("b", Xb, yb)):
         got = np.array([p["score"] for p in preds if p["model"] == model])
         np.testing.assert_allclose(got, make_learner("scinol2").learn(X, y), rtol=1e-12, atol=1e-300)
@@ -105,12 +93,12 @@ def test_bad_events_go_to_the_dead_letter_topic_and_the_rest_flows(kafka_bootstr
     producer.flush(10)
     cfg = config(kafka_bootstrap, topic_name, tmp_path)
     run(cfg)
-    dead = read_all(kafka_bootstrap, cfg.dlq_topic, len(bad))
+    dead = read_records(kafka_bootstrap, cfg.dlq_topic, len(bad))
     assert {d["offset"]: d["reason"] for d in dead} == {
         40: "undecodable", 41: "unknown_schema_id", 90: "non_finite_feature", 120: "length_mismatch",
         150: "negative_index", 151: "duplicate_index", 200: "bad_label"}
     assert all(d["original"] == bad[d["offset"]] and d["topic"] == topic_name and d["detail"] for d in dead)
-    preds = read_all(kafka_bootstrap, cfg.predictions_topic, 300 - len(bad))
+    preds = read_records(kafka_bootstrap, cfg.predictions_topic, 300 - len(bad))
     good = [i for i in range(300) if i not in bad]
     assert [p["event_id"] for p in preds] == [events[i]["id"] for i in good]
     np.testing.assert_allclose([p["score"] for p in preds], make_learner("scinol2").learn(X[good], y[good]),
@@ -149,5 +137,5 @@ def test_killed_pipeline_resumes_from_its_checkpoint(kafka_bootstrap, topic_name
     straight.learn(X, y)
     np.testing.assert_array_equal(final.learner.state.arrays["P"],
                                   straight.state.arrays["P"][: final.learner.state.n_coords])
-    preds = read_all(kafka_bootstrap, topic_name + ".pred", 12_000 + killed_at)
+    preds = read_records(kafka_bootstrap, topic_name + ".pred", 12_000 + killed_at)
     assert {p["event_id"] for p in preds} == {e["id"] for e in events}
