@@ -4,9 +4,10 @@
                                          │ (model, [(message, event), ...])
                                          ▼
                                    LearnModels (stateful, keyed by model)
-                                     │ predictions          │ checkpoint headers
-                                     ▼                      ▼
-                              predictions topic      checkpoint topic (compacted)
+                                     │ produces predictions │ checkpoint headers
+                                     ▼ (flushed before      ▼
+                              predictions topic   each   checkpoint topic (compacted)
+                                                checkpoint)
 
 Batches, not records, cross each step. The learner math is in ``learners``;
 the per-model bookkeeping in :mod:`pipelines.model_runner`; nothing here is
