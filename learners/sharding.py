@@ -28,25 +28,53 @@ def shard_of(coordinate: int, n_shards: int) -> int:
     return (z ^ (z >> 31)) % n_shards
 
 
-class Shard:
-    """The state of the coordinates one shard owns, in a local index space."""
+def shards_of(coordinates: np.ndarray, n_shards: int) -> np.ndarray:
+    """:func:`shard_of` of each coordinate (uint64 arithmetic wraps like the mask)."""
+    z = coordinates.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return ((z ^ (z >> np.uint64(31))) % np.uint64(n_shards)).astype(np.int64)
 
-    def __init__(self, algorithm, n_outputs: int):
+
+class Shard:
+    """The state of the coordinates one shard owns, in a local index space:
+    ``coords[slot]`` is the global coordinate of local slot ``slot``."""
+
+    def __init__(self, algorithm, n_outputs: int, state: LearnerState | None = None,
+                 coords: np.ndarray | None = None):
         self.algorithm = algorithm
-        self.state: LearnerState = algorithm.init_state(0, n_outputs)
-        self.local: dict[int, int] = {}
-        self.coords: list[int] = []
+        self.state: LearnerState = algorithm.init_state(0, n_outputs) if state is None else state
+        self.coords = np.zeros(0, dtype=np.int64) if coords is None else np.asarray(coords, dtype=np.int64)
+        self.n = self.coords.shape[0]
+        self._slot = np.full(int(self.coords.max(initial=-1)) + 1, -1, dtype=np.int64)
+        self._slot[self.coords] = np.arange(self.n)
 
     def local_indices(self, coords: np.ndarray) -> np.ndarray:
-        out = np.empty(coords.shape[0], dtype=np.int64)
-        for p, c in enumerate(coords.tolist()):
-            slot = self.local.get(c)
-            if slot is None:
-                slot = self.local[c] = len(self.coords)
-                self.coords.append(c)
-            out[p] = slot
-        self.state.grow(len(self.coords))
-        return out
+        """Local slots of global ``coords`` (distinct), adding the new ones."""
+        top = int(coords.max(initial=-1)) + 1
+        if top > self._slot.shape[0]:
+            grown = np.full(max(top, 2 * self._slot.shape[0]), -1, dtype=np.int64)
+            grown[: self._slot.shape[0]] = self._slot
+            self._slot = grown
+        slots = self._slot[coords]
+        new = slots < 0
+        if new.any():
+            fresh = coords[new]
+            slots[new] = self._slot[fresh] = np.arange(self.n, self.n + fresh.shape[0])
+            if self.n + fresh.shape[0] > self.coords.shape[0]:
+                grown = np.zeros(max(self.n + fresh.shape[0], 2 * self.coords.shape[0]), dtype=np.int64)
+                grown[: self.n] = self.coords[: self.n]
+                self.coords = grown
+            self.coords[self.n: self.n + fresh.shape[0]] = fresh
+            self.n += fresh.shape[0]
+            self.state.grow(self.n)
+        return slots
+
+    def owned(self) -> tuple[np.ndarray, LearnerState]:
+        """The global coordinates this shard holds and their state, trimmed."""
+        state = LearnerState({k: v[: self.n].copy() for k, v in self.state.arrays.items()},
+                             dict(self.state.scalars), dict(self.state.fill))
+        return self.coords[: self.n].copy(), state
 
 
 class ShardedLearner:
@@ -87,12 +115,13 @@ class ShardedLearner:
         k = len(self.shards)
         scores = []
         for (coords, vals), label in zip(self._rows(X), y):
-            owner = np.array([shard_of(c, k) for c in coords.tolist()], dtype=np.int64)
+            owner = shards_of(coords, k)
             slices, total = [], None
+            learning = not np.isnan(label)
             for s, shard in enumerate(self.shards):
                 mine = owner == s
                 idx, v = shard.local_indices(coords[mine]), vals[mine]
-                partial, memo = self.algorithm.predict(shard.state, idx, v, False, self.scalars)
+                partial, memo = self.algorithm.predict(shard.state, idx, v, False, self.scalars, learning)
                 total = partial if total is None else total + partial
                 slices.append((idx, v, memo))
             yhat, _, feedback = self.algorithm.combine(self.scalars, total, float(label), self._loss, self.loss_param)
@@ -107,8 +136,8 @@ class ShardedLearner:
         """The shards' states put back in one global coordinate space."""
         merged = self.algorithm.init_state(n_coords, self.n_outputs)
         for shard in self.shards:
-            coords = np.array(shard.coords, dtype=np.int64)
+            coords, state = shard.owned()
             for name, arr in merged.arrays.items():
-                arr[coords] = shard.state.arrays[name][: len(coords)]
+                arr[coords] = state.arrays[name]
         merged.scalars = dict(self.scalars)
         return merged

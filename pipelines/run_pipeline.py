@@ -10,6 +10,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from .checkpoints import CheckpointStore
+from .dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES
 from .kafka_io import ReadFromKafka, WriteToKafka
 from .transforms import DecodeEvents, EncodeRecords, LearnerConfig, LearnModels
 
@@ -29,16 +30,30 @@ class RunConfig:
     checkpoint_topic: str | None = None
     dead_letter_topic: str | None = None
     group_id: str | None = None
-    kafka_config: dict = field(default_factory=dict)
+    kafka_config: dict = field(default_factory=dict, repr=False)  # may hold secrets: never in a repr
     registry_url: str | None = None
     max_batch: int = 2000
+    max_index: int = DEFAULT_MAX_INDEX
+    """Sparse indices and dense lengths at or above this are dead letters (pipelines.dead_letters)."""
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     stop_after: int | None = None
     progress_seconds: float | None = 5.0
     beam_args: list = field(default_factory=list)
+    shards: int | None = None
+    """Sharded mode with this many feature shards (None: exact mode)."""
+    max_staleness: int = 0
+    feedback_topic: str | None = None
+    feedback_timeout: float = 30.0
+    feedback_faults: object = None
+    """Fault injection (tests, fault trials): a sharded_transforms.FeedbackFaults."""
 
     @property
     def dlq_topic(self) -> str:
         return self.dead_letter_topic or f"{self.topic}.dlq"
+
+    @property
+    def feedback(self) -> str:
+        return self.feedback_topic or f"{self.predictions_topic}.feedback"
 
     @property
     def ckpt_topic(self) -> str:
@@ -70,6 +85,8 @@ def ensure_topics(cfg: RunConfig) -> None:
     existing = set(admin.list_topics(timeout=10).topics)
     wanted = [NewTopic(cfg.predictions_topic, 1, 1), NewTopic(cfg.dlq_topic, 1, 1),
               NewTopic(cfg.ckpt_topic, 1, 1, config={"cleanup.policy": "compact"})]
+    if cfg.shards:  # one partition: the shards must see each model's feedback in order
+        wanted.append(NewTopic(cfg.feedback, 1, 1))
     missing = [t for t in wanted if t.topic not in existing]
     for topic, future in admin.create_topics(missing).items() if missing else ():
         try:
@@ -80,6 +97,11 @@ def ensure_topics(cfg: RunConfig) -> None:
 
 
 def build(p: beam.Pipeline, cfg: RunConfig) -> None:
+    if cfg.shards:
+        from .sharded_pipeline import build_sharded
+
+        build_sharded(p, cfg, *([cfg.feedback_faults] if cfg.feedback_faults else []))
+        return
     starts = resume_offsets(cfg)
     if starts:
         log.warning("resuming %s from checkpoint offsets %s", cfg.topic, starts)
@@ -87,8 +109,9 @@ def build(p: beam.Pipeline, cfg: RunConfig) -> None:
     batches = p | "ReadEvents" >> ReadFromKafka(
         cfg.bootstrap, cfg.topic, bounded=cfg.bounded, group_id=cfg.group_id, start_offsets=starts,
         consumer_config=cfg.kafka_config, max_batch=cfg.max_batch, stop_after=cfg.stop_after)
-    decoded = batches | "Decode" >> beam.ParDo(DecodeEvents(lc.loss, lc.n_classes, cfg.registry_url)).with_outputs(
-        DecodeEvents.DEAD, main="events")
+    decoded = batches | "Decode" >> beam.ParDo(DecodeEvents(
+        lc.loss, lc.n_classes, cfg.registry_url, max_index=cfg.max_index,
+        max_message_bytes=cfg.max_message_bytes)).with_outputs(DecodeEvents.DEAD, main="events")
     learned = decoded.events | "LearnAndPredict" >> beam.ParDo(LearnModels(
         lc, cfg.checkpoint_dir, cfg.checkpoint_every, cfg.checkpoint_seconds, cfg.progress_seconds,
         bootstrap=cfg.bootstrap, predictions_topic=cfg.predictions_topic, kafka_config=cfg.kafka_config,

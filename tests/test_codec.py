@@ -63,10 +63,10 @@ SAMPLES = {
         },
     ],
     "scinol.Feedback": [
-        {"event_id": "e1", "model": "ctr", "partition": 3, "offset": 1 << 33, "g": [-0.25],
-         "step": 42.0, "scalars": {"wealth": 1.5, "sum_x2": 3.0}},
-        {"event_id": "e2", "model": "digits", "partition": 0, "offset": 0, "g": [0.1, -0.2, 0.1],
-         "step": 1.0, "scalars": {}},
+        {"event_id": "e1", "model": "ctr", "run_id": "r1", "seq": 42, "partition": 3, "offset": 1 << 33,
+         "g": [-0.25, 0.5, 0.0], "scalars": {"wealth": 1.5, "t": 3.0}, "checkpoint": True},
+        {"event_id": "e2", "model": "digits", "run_id": "r1", "seq": 1, "partition": 0, "offset": 0,
+         "g": [], "scalars": {}, "checkpoint": False},
     ],
     "scinol.ModelCheckpoint": [
         {
@@ -90,7 +90,8 @@ FIELDS = {
     "scinol.Event": ["id", "timestamp", "model", "features", "label", "weight"],
     "scinol.Prediction": ["event_id", "model", "model_version", "score", "scores", "probability",
                           "predicted_class", "label", "loss", "event_timestamp", "latency_ms"],
-    "scinol.Feedback": ["event_id", "model", "partition", "offset", "g", "step", "scalars"],
+    "scinol.Feedback": ["event_id", "model", "run_id", "seq", "partition", "offset", "g", "scalars",
+                        "checkpoint"],
     "scinol.ModelCheckpoint": ["model", "learner", "params", "loss", "loss_param", "n_outputs", "bias",
                                "n_coords", "event_count", "offsets", "schema_version", "checksum", "uri",
                                "created_ms"],
@@ -332,8 +333,8 @@ BAD_EVENTS = [
     ("non_finite_weight", event(DENSE, weight=float("inf")), "inf"),
     ("bad_weight", event(DENSE, weight=0.0), "0.0"),
     ("bad_weight", event(DENSE, weight=-1.0), "-1.0"),
-    ("oversized", event({"indices": [1 << 40], "values": [1.0]}), str(1 << 40)),
-    ("oversized", event({"indices": [3, 1 << 62], "values": [1.0, 1.0]}), str(1 << 62)),
+    ("index_out_of_range", event({"indices": [1 << 40], "values": [1.0]}), str(1 << 40)),
+    ("index_out_of_range", event({"indices": [3, 1 << 62], "values": [1.0, 1.0]}), str(1 << 62)),
     ("oversized", event({"values": [0.0] * (C.MAX_FEATURES + 1)}), "1000001 dense"),
 ]
 
@@ -355,7 +356,8 @@ def test_oversized_limits_are_parameters():
     s = event({"indices": [0, 1, 2], "values": [1.0, 1.0, 1.0]})
     assert validate_event(s, "squared", max_features=2)[0] == "oversized"
     assert validate_event(s, "squared", max_index=3) is None
-    assert validate_event(s, "squared", max_index=2)[0] == "oversized"
+    assert validate_event(s, "squared", max_index=2)[0] == "index_out_of_range"
+    assert validate_event(event({"values": [1.0, 2.0, 3.0]}), "squared", max_index=2)[0] == "index_out_of_range"
     # the size check comes before any per-entry work
     assert validate_event(event({"indices": [-1] * 5, "values": [1.0] * 4}), "squared", max_features=4)[0] == "oversized"
 

@@ -35,7 +35,7 @@ def test_each_coordinate_lives_in_exactly_one_shard():
     X = features(rng, 50, 30)
     sharded = ShardedLearner(make_algorithm("scinol2"), "logistic", 4)
     sharded.learn(X, labels(rng, X, "logistic"))
-    owned = [set(s.coords) for s in sharded.shards]
+    owned = [set(s.owned()[0].tolist()) for s in sharded.shards]
     assert sum(len(o) for o in owned) == len(set().union(*owned))
     assert all(owned)  # no shard left empty with 30 features over 4 shards
 

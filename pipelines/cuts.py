@@ -1,0 +1,166 @@
+"""Sharded mode's checkpoints: one *cut* per checkpoint, written in parts.
+
+A cut at sequence number t is a directory ``<dir>/<model>/cut-<t>/`` holding
+``shard-<s>-of-<K>.scinol`` for each shard s: the shard's coordinates and
+their state after applying the feedback of events 1..t, with the model's
+global scalars at t (the no-pickle state file with per-array checksums,
+written atomically). Shard 0's header also holds the next offset per
+events-topic partition that events 1..t cover and the model version: it is
+what the route and combine steps restart from.
+
+The combine step asks for a cut by marking event t's feedback (and the
+feedback reader asks for a last one at the end of a bounded run); each
+shard writes its part when it has applied exactly that far, so all parts
+describe the state after events 1..t: one consistent cut, however far ahead
+the shards had predicted. A cut is usable when all K parts are present and
+valid; on start the newest usable cut is loaded (an older one when the
+newest is damaged, with a warning) and the events topic is read from its
+offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import time
+
+import numpy as np
+
+from learners import OnlineLearner
+from learners.state import LearnerState, StateFileError, load_state, save_state
+
+from .checkpoints import _safe
+
+log = logging.getLogger(__name__)
+
+_CUT = re.compile(r"^cut-(\d{12})$")
+_PART = re.compile(r"^shard-\d+-of-(\d+)\.scinol$")
+
+
+def shard_file(shard: int, n_shards: int) -> str:
+    return f"shard-{shard}-of-{n_shards}.scinol"
+
+
+class Cut:
+    """A complete, verified cut."""
+
+    def __init__(self, path: str, seq: int, n_shards: int, head: dict):
+        self.path, self.seq, self.n_shards = path, seq, n_shards
+        self.head = head  # shard 0's header
+        self.learned = int(head["learned"])
+        self.scalars = dict(head["scalars"])
+        self.offsets = {(o["topic"], int(o["partition"])): int(o["offset"]) for o in head["offsets"]}
+
+    def shard(self, s: int) -> tuple[np.ndarray, LearnerState, dict]:
+        """(global coordinates, state, header) of shard ``s``'s part."""
+        state, header = load_state(os.path.join(self.path, shard_file(s, self.n_shards)))
+        coords = state.arrays.pop("coords")
+        state.fill.pop("coords", None)
+        return coords, state, header
+
+    def merged_learner(self, make_learner) -> OnlineLearner:
+        """The K shard parts put back together as one learner (for
+        inspection, export, or continuing in exact mode)."""
+        learner = make_learner()
+        parts = [self.shard(s) for s in range(self.n_shards)]
+        n_coords = max((int(c.max(initial=-1)) + 1 for c, _, _ in parts), default=0)
+        learner._ensure_state(max(n_coords - learner.bias, 0))
+        for coords, state, _ in parts:
+            for name, arr in learner.state.arrays.items():
+                arr[coords] = state.arrays[name]
+        learner.state.scalars = dict(parts[0][1].scalars)
+        return learner
+
+
+class CutStore:
+    def __init__(self, directory: str, keep: int = 3):
+        self.directory, self.keep = directory, keep
+
+    def cut_dir(self, model: str, seq: int) -> str:
+        return os.path.join(self.directory, _safe(model), f"cut-{seq:012d}")
+
+    def save_shard(self, model: str, seq: int, shard: int, n_shards: int, coords: np.ndarray,
+                   state: LearnerState, header: dict) -> str:
+        folder = self.cut_dir(model, seq)
+        os.makedirs(folder, exist_ok=True)
+        arrays = {**state.arrays, "coords": coords}
+        path = os.path.join(folder, shard_file(shard, n_shards))
+        save_state(path, LearnerState(arrays, state.scalars, {**state.fill, "coords": [-1]}),
+                   {**header, "model": model, "seq": int(seq), "shard": shard, "n_shards": n_shards,
+                    "created_ms": int(time.time() * 1000)})
+        self._prune(model, n_shards)
+        return path
+
+    def _cuts(self, model: str) -> list[tuple[int, str]]:
+        return self._cuts_in(os.path.join(self.directory, _safe(model)))
+
+    @staticmethod
+    def _cuts_in(folder: str) -> list[tuple[int, str]]:
+        try:
+            names = os.listdir(folder)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(((int(m.group(1)), os.path.join(folder, n)) for n in names if (m := _CUT.match(n))),
+                      reverse=True)
+
+    def _check(self, path: str, seq: int, n_shards: int) -> tuple[Cut | None, str | None]:
+        """(the cut, None) if complete and valid, else (None, why not)."""
+        head = None
+        for s in range(n_shards):
+            part = os.path.join(path, shard_file(s, n_shards))
+            if not os.path.exists(part):
+                return None, f"incomplete (no part of shard {s} of {n_shards})"
+            try:
+                state, header = load_state(part)
+            except StateFileError as exc:
+                return None, str(exc)
+            if header.get("seq") != seq:
+                return None, f"shard {s}'s part is for event #{header.get('seq')}, not #{seq}"
+            if s == 0:
+                head = {**header, "scalars": state.scalars}
+        return Cut(path, seq, n_shards, head), None
+
+    def latest(self, model: str, n_shards: int) -> Cut | None:
+        """The newest complete and valid cut of ``model``."""
+        for seq, path in self._cuts(model):
+            cut, problem = self._check(path, seq, n_shards)
+            if cut is not None:
+                return cut
+            if not problem.startswith("incomplete"):
+                log.warning("skipping checkpoint cut %s: %s; using an older one", path, problem)
+        return None
+
+    def shard_counts(self, model: str) -> set[int]:
+        """Shard counts of the cuts on disk (to refuse a mismatched restart)."""
+        counts = set()
+        for _, path in self._cuts(model):
+            counts.update(int(m.group(1)) for n in os.listdir(path) if (m := _PART.match(n)))
+        return counts
+
+    def models(self) -> list[str]:
+        """Names of the models with cuts (as stored in their parts)."""
+        if not os.path.isdir(self.directory):
+            return []
+        names = []
+        for entry in sorted(os.listdir(self.directory)):
+            for _, path in self._cuts_in(os.path.join(self.directory, entry)):
+                parts = sorted(n for n in os.listdir(path) if _PART.match(n))
+                try:
+                    names.append(load_state(os.path.join(path, parts[0]))[1]["model"])
+                    break
+                except (IndexError, StateFileError, KeyError):
+                    continue
+        return names
+
+    def _prune(self, model: str, n_shards: int) -> None:
+        """Keep the newest ``keep`` complete cuts and anything newer than the
+        oldest of them (cuts still being written)."""
+        complete = 0
+        wanted = [shard_file(s, n_shards) for s in range(n_shards)]
+        for _seq, path in self._cuts(model):
+            if complete >= self.keep:
+                shutil.rmtree(path, ignore_errors=True)
+            elif all(os.path.exists(os.path.join(path, name)) for name in wanted):
+                complete += 1

@@ -1,0 +1,77 @@
+"""Prediction records and progressive metrics, shared by the exact and the
+sharded pipelines (no Beam here)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from learners.losses import BINARY_LOSSES, probabilities
+
+
+def readings(loss: str, scores: np.ndarray) -> tuple[list, list]:
+    """Per row of ``scores`` (n, n_outputs): the probability of the predicted
+    class (None when the loss has none) and the predicted class (None for
+    regression losses)."""
+    n = scores.shape[0]
+    if loss == "logistic":
+        return probabilities(loss, scores).tolist(), [1 if s > 0 else -1 for s in scores[:, 0].tolist()]
+    if loss == "softmax":
+        p = probabilities(loss, scores)
+        top = np.argmax(p, axis=1)
+        return p[np.arange(n), top].tolist(), top.tolist()
+    if loss in BINARY_LOSSES:
+        return [None] * n, [1 if s > 0 else -1 for s in scores[:, 0].tolist()]
+    return [None] * n, [None] * n
+
+
+def millis(ts) -> float:
+    """Avro timestamp-millis decodes to a datetime; raw longs stay numbers."""
+    if hasattr(ts, "timestamp"):
+        return ts.timestamp() * 1000.0
+    return float(ts)
+
+
+def prediction_record(event: dict, model: str, version: int, row: list, probability, klass, loss: float,
+                      now_ms: float) -> dict:
+    """A ``scinol.Prediction`` for ``event``; ``loss`` NaN when unlabelled."""
+    return {
+        "event_id": event["id"], "model": model, "model_version": int(version),
+        "score": row[0], "scores": row, "probability": probability, "predicted_class": klass,
+        "label": event.get("label"), "loss": None if math.isnan(loss) else float(loss),
+        "event_timestamp": millis(event["timestamp"]), "latency_ms": now_ms - millis(event["timestamp"]),
+    }
+
+
+class ProgressiveMetrics:
+    """Mean progressive loss and accuracy over the labelled events seen."""
+
+    def __init__(self, loss: str, loss_sum: float = 0.0, labelled: int = 0, correct: int = 0):
+        self.loss = loss
+        self.loss_sum, self.labelled, self.correct = loss_sum, labelled, correct
+
+    def count(self, scores: np.ndarray, y: np.ndarray, losses: np.ndarray) -> None:
+        labelled = ~np.isnan(y)
+        if not labelled.any():
+            return
+        self.labelled += int(labelled.sum())
+        self.loss_sum += float(losses[labelled].sum())
+        if self.loss == "softmax":
+            self.correct += int((np.argmax(scores[labelled], axis=1) == y[labelled]).sum())
+        elif self.loss in BINARY_LOSSES:
+            truth = np.where(y[labelled] > 0, 1.0, -1.0)
+            self.correct += int((np.where(scores[labelled, 0] > 0, 1.0, -1.0) == truth).sum())
+
+    @property
+    def mean_loss(self) -> float:
+        return self.loss_sum / self.labelled if self.labelled else math.nan
+
+    @property
+    def accuracy(self) -> float | None:
+        if self.loss not in BINARY_LOSSES + ("softmax",) or not self.labelled:
+            return None
+        return self.correct / self.labelled
+
+    def as_dict(self) -> dict:
+        return {"loss_sum": self.loss_sum, "labelled": self.labelled, "correct": self.correct}

@@ -1,0 +1,374 @@
+"""Sharded mode's protocol for one model, without Beam (DESIGN.md §1, §3).
+
+    Router (per model)        numbers the model's events 1, 2, ... in arrival
+                              order (the model's *sequence*) and splits each
+                              event into K slices by hashed coordinate.
+    ShardRunner (per shard)   holds its coordinates' state; predicts its slice
+                              of event t once it has applied the feedback of
+                              every event before t − S (S = max staleness);
+                              keeps the slice and the weights it used until
+                              t's feedback comes back, then updates.
+    Combiner (per model)      sums the K partial sums of event t in sequence
+                              order: ŷ, the loss, g_t and the global scalars;
+                              makes the Prediction and the Feedback record.
+
+The three are joined by Beam (``pipelines.sharded_transforms``) and the
+feedback goes back to the shards through Kafka. With S = 0 every shard
+predicts event t with the state after events 1..t−1, exactly as one learner
+would, so the result equals exact mode on the same sequence (up to the
+order in which the K partial sums are added).
+
+Ordering rule: the sequence is the order in which the Router receives the
+model's events. Within one Kafka partition that is offset order. When a
+model's events span several partitions it is the order in which the source
+delivered batches: the same for every shard (they all follow the Router's
+numbering), but it may differ between runs, as it does in exact mode. Key
+events by model so that each model's events live in one partition when runs
+must be reproducible.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import deque
+from typing import NamedTuple
+
+import numpy as np
+
+from learners.losses import loss_code, prepare_labels
+from learners.sharding import Shard, shards_of
+from learners.state import LearnerState
+
+from .events import event_rows
+from .kafka_io import StopRule
+from .predictions import ProgressiveMetrics, prediction_record, readings
+
+log = logging.getLogger(__name__)
+
+
+class Slice(NamedTuple):
+    """One shard's part of one event."""
+
+    seq: int
+    event_id: str
+    coords: np.ndarray  # global coordinates owned by the shard (bias = coordinate 0)
+    values: np.ndarray
+    learning: bool  # labelled: the shard will get a g to update with
+    head: tuple | None  # shard 0 only: (Position, event) for the Combiner
+
+
+class Partial(NamedTuple):
+    """A shard's partial sums for one event (ŷ part, then the extras)."""
+
+    seq: int
+    shard: int
+    sums: np.ndarray
+    head: tuple | None
+
+
+class Router:
+    """Sequence numbers and slices for one model's events."""
+
+    def __init__(self, n_shards: int, hasher, bias: bool, seq: int = 0,
+                 offsets: dict[tuple[str, int], int] | None = None):
+        self.n_shards, self.hasher, self.bias = n_shards, hasher, bias
+        self.bias_shard = int(shards_of(np.zeros(1, dtype=np.int64), n_shards)[0])
+        self.seq = seq
+        self.offsets = dict(offsets or {})
+        """Next offset per (topic, partition) already in the sequence: events
+        before it were learned before a restart and are skipped."""
+
+    def route(self, items: list[tuple]) -> tuple[list[list[Slice]], list]:
+        """(slices per shard, positions skipped as already learned)."""
+        skipped = [pos for pos, _ in items if pos.offset < self.offsets.get((pos.topic, pos.partition), 0)]
+        if skipped:
+            items = [(pos, e) for pos, e in items if pos.offset >= self.offsets.get((pos.topic, pos.partition), 0)]
+        per_shard: list[list[Slice]] = [[] for _ in range(self.n_shards)]
+        if not items:
+            return per_shard, skipped
+        indptr, indices, data, y = event_rows([e for _, e in items], self.hasher)
+        coords = indices + self.bias
+        owner = shards_of(coords, self.n_shards)
+        one = np.ones(1)
+        for i, (pos, event) in enumerate(items):
+            self.seq += 1
+            lo, hi = indptr[i], indptr[i + 1]
+            c, v, o = coords[lo:hi], data[lo:hi], owner[lo:hi]
+            learning = not math.isnan(y[i])
+            for s in range(self.n_shards):
+                mine = o == s
+                cs, vs = c[mine], v[mine]
+                if self.bias and s == self.bias_shard:  # the constant feature, coordinate 0
+                    cs, vs = np.concatenate([[0], cs]), np.concatenate([one, vs])
+                per_shard[s].append(Slice(self.seq, event["id"], cs, vs, learning,
+                                          (pos, event) if s == 0 else None))
+            self.offsets[(pos.topic, pos.partition)] = pos.offset + 1
+        return per_shard, skipped
+
+
+class Flight(NamedTuple):
+    """An event a shard has predicted and awaits the feedback of."""
+
+    seq: int
+    event_id: str
+    slots: np.ndarray
+    values: np.ndarray
+    weights: np.ndarray  # what predict used: the update needs them
+    learning: bool
+    position: tuple | None
+    since: float
+
+
+class ShardRunner:
+    """One feature shard of one model: its state and the events in flight."""
+
+    def __init__(self, algorithm, n_outputs: int, shard: int, staleness: int, scalars: dict,
+                 state: LearnerState | None = None, coords: np.ndarray | None = None, applied: int = 0,
+                 offsets: dict | None = None, learned: int = 0):
+        self.algorithm, self.shard_no, self.staleness = algorithm, shard, staleness
+        self.shard = Shard(algorithm, n_outputs, state, coords)
+        self.scalars = dict(scalars)
+        """The global scalars as of the last feedback applied."""
+        self.applied = applied
+        """Sequence number of the last event whose feedback was applied (or given up)."""
+        self.offsets = dict(offsets or {})
+        """Shard 0 (which sees every event's position): the next offset per
+        (topic, partition) that events 1..applied cover."""
+        self.learned = learned  # labelled events among 1..applied (the model version)
+        self.queue: deque[Slice] = deque()
+        self.in_flight: deque[Flight] = deque()
+        self.duplicates = 0
+        self.missing: list[tuple[int, str]] = []
+        self.unexpected = 0
+
+    @property
+    def predicted(self) -> int:
+        """Sequence number of the last event predicted."""
+        return self.in_flight[-1].seq if self.in_flight else self.applied
+
+    def add(self, slices: list[Slice]) -> list[Partial]:
+        for sl in slices:
+            if sl.seq > self.predicted + len(self.queue):  # not a replay of one already taken
+                self.queue.append(sl)
+        return self._predict_ready()
+
+    def _predict_ready(self) -> list[Partial]:
+        out = []
+        now = time.monotonic()
+        while self.queue and len(self.in_flight) <= self.staleness:
+            sl = self.queue.popleft()
+            slots = self.shard.local_indices(sl.coords)
+            sums, weights = self.algorithm.predict(self.shard.state, slots, sl.values, False, self.scalars,
+                                                   sl.learning)
+            self.in_flight.append(Flight(sl.seq, sl.event_id, slots, sl.values, weights, sl.learning,
+                                         sl.head[0] if sl.head else None, now))
+            out.append(Partial(sl.seq, self.shard_no, sums, sl.head))
+        return out
+
+    def feedback(self, records: list[dict], on_cut=None) -> list[Partial]:
+        """Apply feedback records in order; returns the partials now
+        predictable. ``on_cut(seq)`` is called right after applying a record
+        that asks for a checkpoint cut, while the state is exactly the cut's."""
+        for rec in records:
+            seq = rec["seq"]
+            if seq <= self.applied:
+                if rec.get("checkpoint") and seq == self.applied and on_cut is not None:
+                    on_cut(seq)  # a checkpoint asked for at the end of input (see FeedbackCoverage)
+                elif rec["event_id"]:
+                    self.duplicates += 1  # already applied (or given up): a redelivery
+                continue
+            if seq > self.predicted:
+                self.unexpected += 1  # feedback for an event this shard never predicted
+                log.warning("shard %d: feedback for event #%d (%s) it has not predicted; ignored",
+                            self.shard_no, seq, rec["event_id"])
+                continue
+            while self.in_flight[0].seq < seq:  # the feedback of events before it never came
+                self._give_up(self.in_flight.popleft())
+            flight = self.in_flight.popleft()
+            self.scalars = dict(rec["scalars"])
+            if rec["g"]:
+                self.algorithm.update(self.shard.state, flight.slots, flight.values, False, self.scalars,
+                                      np.asarray(rec["g"], dtype=np.float64), flight.weights)
+            self._done(flight)
+            if rec.get("checkpoint") and on_cut is not None:
+                on_cut(seq)
+        return self._predict_ready()
+
+    def _done(self, flight: Flight) -> None:
+        self.applied = flight.seq
+        self.learned += flight.learning
+        if flight.position is not None:
+            pos = flight.position
+            self.offsets[(pos.topic, pos.partition)] = pos.offset + 1
+
+    def _give_up(self, flight: Flight) -> None:
+        self.missing.append((flight.seq, flight.event_id))
+        self._done(flight)
+        log.warning("shard %d: the feedback of event #%d (%s) is missing; its update is skipped",
+                    self.shard_no, flight.seq, flight.event_id)
+
+    def expire(self, timeout: float) -> list[Partial]:
+        """Give up on feedback awaited longer than ``timeout`` seconds, so a
+        lost record cannot stall the shard; returns what is then predictable."""
+        now = time.monotonic()
+        gave_up = False
+        while self.in_flight and now - self.in_flight[0].since > timeout:
+            self._give_up(self.in_flight.popleft())
+            gave_up = True
+        return self._predict_ready() if gave_up else []
+
+    def part(self) -> tuple[np.ndarray, LearnerState, dict]:
+        """What this shard's part of a checkpoint cut holds: its coordinates,
+        their state with the global scalars, and (header) the sequence
+        number, event offsets and model version the state is at. Shard 0's
+        header is also what the combine and route steps restart from."""
+        coords, state = self.shard.owned()
+        state.scalars = dict(self.scalars)
+        header = {"seq": self.applied, "learned": self.learned,
+                  "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.offsets.items())],
+                  "missing_feedback": len(self.missing), "duplicate_feedback": self.duplicates}
+        return coords, state, header
+
+
+class Combined(NamedTuple):
+    prediction: dict
+    feedback: dict
+
+
+class Combiner:
+    """The per-example scalar work of one model, in sequence order."""
+
+    def __init__(self, algorithm, loss: str, loss_param: float, n_outputs: int, n_shards: int, model: str,
+                 run_id: str, scalars: dict, seq: int = 0, learned: int = 0):
+        self.algorithm, self.loss, self.loss_param = algorithm, loss, loss_param
+        self._loss = loss_code(loss)
+        self.n_outputs, self.n_shards, self.model, self.run_id = n_outputs, n_shards, model, run_id
+        self.scalars = dict(scalars)
+        self.seq = seq  # last event combined
+        self.learned = learned
+        self.metrics = ProgressiveMetrics(loss)
+        self.pending: dict[int, list] = {}  # seq -> [sum, count, head]
+
+    def add(self, partials: list[Partial]) -> list[Combined]:
+        for p in partials:
+            if p.seq <= self.seq:
+                continue  # a replayed partial of an event already combined
+            slot = self.pending.get(p.seq)
+            if slot is None:
+                slot = self.pending[p.seq] = [p.sums.copy(), 0, None]
+            else:
+                slot[0] += p.sums
+            slot[1] += 1
+            if p.head is not None:
+                slot[2] = p.head
+        done = []
+        while self.pending.get(self.seq + 1, (None, 0))[1] == self.n_shards:
+            done.append(self._combine(self.seq + 1, *self.pending.pop(self.seq + 1)))
+        return self._records(done) if done else []
+
+    def _combine(self, seq, total, _count, head):
+        pos, event = head
+        label = event.get("label")
+        y = math.nan if label is None else float(prepare_labels(self.loss, [label], self.n_outputs)[0])
+        version = self.learned
+        yhat, value, fb = self.algorithm.combine(self.scalars, total, y, self._loss, self.loss_param)
+        if fb is not None:
+            self.learned += 1
+        self.seq = seq
+        feedback = {"event_id": event["id"], "model": self.model, "run_id": self.run_id, "seq": seq,
+                    "partition": pos.partition, "offset": pos.offset,
+                    "g": [] if fb is None else fb.tolist(), "scalars": dict(self.scalars), "checkpoint": False}
+        return event, version, yhat, y, value, feedback
+
+    def _records(self, done) -> list[Combined]:
+        scores = np.array([d[2] for d in done]).reshape(len(done), -1)
+        y = np.array([d[3] for d in done])
+        losses = np.array([d[4] for d in done])
+        self.metrics.count(scores, y, losses)
+        prob, klass = readings(self.loss, scores)
+        now_ms = time.time() * 1000.0
+        return [Combined(prediction_record(event, self.model, version, row, prob[i], klass[i], value, now_ms),
+                         feedback)
+                for i, ((event, version, _, _, value, feedback), row) in enumerate(zip(done, scores.tolist()))]
+
+
+class FeedbackCoverage(StopRule):
+    """The feedback reader's stop rule in bounded runs: done when every event
+    offset in ``targets`` ({partition: (start, stop)} of the events topic)
+    has had a feedback record (or a dead letter's record), i.e. every event
+    up to the end offsets seen at start was predicted and fed back. If
+    nothing new is covered for ``idle_timeout`` seconds it stops anyway and
+    reports what is missing, rather than waiting forever.
+
+    Its last batch asks every model's shards for a final checkpoint cut: one
+    end marker per model, a Feedback record repeating the model's last
+    sequence number with ``checkpoint`` set (a shard writes its part when it
+    has applied exactly that far)."""
+
+    def __init__(self, targets: dict[int, tuple[int, int]], idle_timeout: float, run_id: str,
+                 registry_url: str | None = None):
+        self.targets = {p: (a, b) for p, (a, b) in targets.items() if b > a}
+        self.idle_timeout, self.run_id, self.registry_url = idle_timeout, run_id, registry_url
+        self._seen: dict[int, np.ndarray] | None = None
+        self._left = 0
+        self._last_progress = None
+        self._codec = None
+        self._last_seq: dict[str, int] = {}
+
+    def _start(self):
+        from schemas.codec import Codec
+
+        self._codec = Codec(self.registry_url)
+        self._seen = {p: np.zeros(b - a, dtype=bool) for p, (a, b) in self.targets.items()}
+        self._left = sum(b - a for a, b in self.targets.values())
+        self._last_progress = time.monotonic()
+
+    def observe(self, batch) -> bool:
+        if self._seen is None:
+            self._start()
+        before = self._left
+        for msg in batch:
+            try:
+                rec = self._codec.decode(msg.value, expected="scinol.Feedback")
+            except Exception as exc:  # noqa: BLE001 - a foreign record on the feedback topic
+                log.warning("feedback topic offset %d: not a Feedback record (%s); ignored", msg.offset, exc)
+                continue
+            if rec["run_id"] != self.run_id:
+                continue
+            if rec["model"]:
+                self._last_seq[rec["model"]] = max(rec["seq"], self._last_seq.get(rec["model"], 0))
+            span = self.targets.get(rec["partition"])
+            if span is not None and span[0] <= rec["offset"] < span[1]:
+                seen = self._seen[rec["partition"]]
+                i = rec["offset"] - span[0]
+                if not seen[i]:
+                    seen[i] = True
+                    self._left -= 1
+        if self._left < before:
+            self._last_progress = time.monotonic()
+        return self._left == 0
+
+    def idle(self) -> bool:
+        if self._seen is None:
+            self._start()
+        if self._left == 0:
+            return True
+        if time.monotonic() - self._last_progress < self.idle_timeout:
+            return False
+        gaps = [(p, int(a + i)) for p, (a, _) in self.targets.items() for i in np.flatnonzero(~self._seen[p])[:5]]
+        log.warning("no feedback for %d event(s) after %.0f s, e.g. (partition, offset) %s; stopping the read",
+                    self._left, self.idle_timeout, gaps)
+        return True
+
+    def last_batch(self, topic: str, partition: int) -> list:
+        from .kafka_io import KafkaMessage
+
+        out = []
+        for model, seq in sorted(self._last_seq.items()):
+            marker = {"event_id": "", "model": model, "run_id": self.run_id, "seq": seq, "partition": -1,
+                      "offset": -1, "g": [], "scalars": {}, "checkpoint": True}
+            out.append(KafkaMessage(topic, partition, -1, -1, model.encode(),
+                                    self._codec.encode("scinol.Feedback", marker)))
+        return out

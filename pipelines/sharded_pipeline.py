@@ -1,0 +1,118 @@
+"""Build the sharded-mode pipeline (``scinol run --shards K``): where to
+start (the newest complete checkpoint cut of each model), which offsets to
+read, when a bounded run is done, and the transforms of
+:mod:`pipelines.sharded_transforms` wired together."""
+
+from __future__ import annotations
+
+import logging
+import typing
+import uuid
+
+import apache_beam as beam
+
+from .cuts import CutStore
+from .kafka_io import UNBOUNDED_STOP, ReadFromKafkaRanges, WriteToKafka, resolve_ranges
+from .sharded_model import FeedbackCoverage
+from .sharded_transforms import (CombineStep, DecodeShardedInput, FeedbackFaults, RouteEvents, ShardedConfig,
+                                 ShardStep, skip_record)
+from .transforms import EncodeRecords
+
+log = logging.getLogger(__name__)
+
+# The feedback reader only waits this long at the end of its partition:
+# in sharded mode every event's round trip passes through it.
+FEEDBACK_FETCH_WAIT_MS = 10
+
+
+def check_shardable(cfg) -> None:
+    learner = cfg.learner.make()
+    if not getattr(learner.algorithm, "shardable", False):
+        raise ValueError(f"learner {learner.algorithm.name!r} is not coordinate-separable (its state couples all "
+                         f"coordinates), so it cannot be split over feature shards: run it without --shards")
+    if cfg.shards < 1:
+        raise ValueError(f"--shards must be at least 1, not {cfg.shards}")
+    if cfg.max_staleness < 0:
+        raise ValueError(f"--max-staleness must be >= 0, not {cfg.max_staleness}")
+
+
+def resume_cuts(cfg) -> tuple[dict[str, int], dict[int, int]]:
+    """({model: cut seq}, {partition: first offset to read}) from the newest
+    complete cut of each model; a cut made with another shard count is refused."""
+    if not cfg.checkpoint_dir:
+        return {}, {}
+    store = CutStore(cfg.checkpoint_dir)
+    resume, starts = {}, {}
+    for model in store.models():
+        cut = store.latest(model, cfg.shards)
+        if cut is None:
+            others = store.shard_counts(model) - {cfg.shards}
+            if others:
+                raise ValueError(f"the checkpoints of model {model!r} in {cfg.checkpoint_dir} were made with "
+                                 f"--shards {min(others)}; restart with that, or use a fresh --checkpoint-dir")
+            continue
+        resume[model] = cut.seq
+        for (topic, partition), offset in cut.offsets.items():
+            if topic == cfg.topic:
+                starts[partition] = min(offset, starts.get(partition, offset))
+    return resume, starts
+
+
+def feedback_range(cfg, events_ranges, run_id: str):
+    """The feedback topic's one partition, from its current end (earlier
+    records belong to earlier runs), with a coverage stop rule when the
+    events ranges are finite."""
+    ranges = resolve_ranges(cfg.bootstrap, cfg.feedback, bounded=False, consumer_config=cfg.kafka_config,
+                            start_at_end=True)
+    if len(ranges) != 1:
+        raise ValueError(f"the feedback topic {cfg.feedback!r} has {len(ranges)} partitions; sharded mode needs "
+                         f"exactly 1 (the shards must see each model's feedback in order)")
+    rule = None
+    if all(r.stop < UNBOUNDED_STOP for r in events_ranges):
+        rule = FeedbackCoverage({r.partition: (r.start, r.stop) for r in events_ranges},
+                                idle_timeout=2 * cfg.feedback_timeout + 10, run_id=run_id,
+                                registry_url=cfg.registry_url)
+    return ranges[0]._replace(stop_rule=rule)
+
+
+def build_sharded(p: beam.Pipeline, cfg, faults: FeedbackFaults = FeedbackFaults()) -> ShardedConfig:
+    check_shardable(cfg)
+    resume, starts = resume_cuts(cfg)
+    if resume:
+        log.warning("resuming %s from checkpoint cuts %s at offsets %s", cfg.topic, resume, starts)
+    events = resolve_ranges(cfg.bootstrap, cfg.topic, bounded=cfg.bounded, group_id=cfg.group_id,
+                            start_offsets=starts or None, consumer_config=cfg.kafka_config,
+                            stop_after=cfg.stop_after)
+    run_id = uuid.uuid4().hex
+    feedback = feedback_range(cfg, events, run_id)
+    lc = cfg.learner
+    sc = ShardedConfig(
+        learner=lc, n_shards=cfg.shards, staleness=cfg.max_staleness, run_id=run_id,
+        bootstrap=cfg.bootstrap, predictions_topic=cfg.predictions_topic, feedback_topic=cfg.feedback,
+        feedback_timeout=cfg.feedback_timeout, checkpoint_dir=cfg.checkpoint_dir, every_events=cfg.checkpoint_every,
+        every_seconds=cfg.checkpoint_seconds, resume=resume, kafka_config=dict(cfg.kafka_config),
+        registry_url=cfg.registry_url, faults=faults)
+
+    consumer = {"fetch.wait.max.ms": FEEDBACK_FETCH_WAIT_MS, **cfg.kafka_config}
+    batches = p | "ReadEventsAndFeedback" >> ReadFromKafkaRanges(
+        cfg.bootstrap, events + [feedback], group_id=cfg.group_id, consumer_config=consumer,
+        max_batch=cfg.max_batch)
+    decoded = batches | "Decode" >> beam.ParDo(
+        DecodeShardedInput(lc.loss, lc.n_classes, cfg.feedback, cfg.registry_url)).with_outputs(
+        DecodeShardedInput.DEAD, main="inputs")
+    (decoded.inputs
+     | "Route" >> beam.ParDo(RouteEvents(sc)).with_input_types(typing.Tuple[str, typing.Any])
+     | "Shards" >> beam.ParDo(ShardStep(sc)).with_input_types(typing.Tuple[typing.Tuple[str, int], typing.Any])
+     | "Combine" >> beam.ParDo(CombineStep(sc)).with_input_types(typing.Tuple[str, typing.Any]))
+
+    producer = dict(cfg.kafka_config)
+    dead = decoded[DecodeShardedInput.DEAD]
+    (dead
+     | "EncodeDeadLetters" >> beam.ParDo(EncodeRecords("scinol.DeadLetter", registry_url=cfg.registry_url))
+     | "WriteDeadLetters" >> WriteToKafka(cfg.bootstrap, cfg.dlq_topic, producer_config=producer))
+    (dead
+     | "AccountForDeadLetters" >> beam.Map(lambda d, run_id: skip_record(run_id, d["partition"], d["offset"]),
+                                           sc.run_id)
+     | "EncodeSkips" >> beam.ParDo(EncodeRecords("scinol.Feedback", registry_url=cfg.registry_url))
+     | "WriteSkips" >> WriteToKafka(cfg.bootstrap, cfg.feedback, producer_config=producer))
+    return sc

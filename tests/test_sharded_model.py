@@ -1,0 +1,131 @@
+"""Sharded mode's protocol without Beam or Kafka: Router → K ShardRunners →
+Combiner, with the feedback loop closed in memory. S = 0 must equal one
+learner; S > 0 must still learn; lost and repeated feedback must neither
+corrupt nor stall the shards."""
+
+import numpy as np
+import pytest
+
+from learners import make_learner
+from learners.datasets import toy_examples
+from learners.sharding import ShardedLearner
+from pipelines.produce import dense_events
+from pipelines.sharded_model import Combiner, Router, ShardRunner
+from pipelines.transforms import Position
+
+
+def stream(n, seed=0, unlabelled_every=7):
+    X, y = toy_examples(n, seed)
+    y = y.copy()
+    y[::unlabelled_every] = np.nan
+    events = list(dense_events(X, y, "e-", model="m", start_ms=1_700_000_000_000))
+    return X, y, [(Position("events", 0, i), e) for i, e in enumerate(events)]
+
+
+class Loop:
+    """The sharded protocol with the feedback delivered in memory; ``lose``
+    and ``repeat`` name sequence numbers whose feedback is dropped or sent twice."""
+
+    def __init__(self, learner, k, staleness, lose=(), repeat=()):
+        algo = learner.algorithm
+        scalars = algo.init_state(0, learner.n_outputs).scalars
+        self.router = Router(k, learner.hasher, learner.bias)
+        self.shards = [ShardRunner(algo, learner.n_outputs, s, staleness, scalars) for s in range(k)]
+        self.combiner = Combiner(algo, learner.loss, learner.loss_param, learner.n_outputs, k, "m", "run", scalars)
+        self.lose, self.repeat = set(lose), set(repeat)
+        self.predictions, self.feedback_queue = [], []
+
+    def run(self, items, batch=16):
+        for lo in range(0, len(items), batch):
+            per_shard, _ = self.router.route(items[lo: lo + batch])
+            for shard, slices in zip(self.shards, per_shard):
+                self._combine(shard.add(slices))
+            self._deliver()
+        while self.feedback_queue:
+            self._deliver()
+
+    def _combine(self, partials):
+        for done in self.combiner.add(partials):
+            self.predictions.append(done.prediction)
+            seq = done.feedback["seq"]
+            if seq not in self.lose:
+                self.feedback_queue.append(done.feedback)
+            if seq in self.repeat:
+                self.feedback_queue.append(done.feedback)
+
+    def _deliver(self):
+        records, self.feedback_queue = self.feedback_queue, []
+        for shard in self.shards:
+            self._combine(shard.feedback(records))
+
+
+def merged_arrays(loop, n_coords):
+    sharded = ShardedLearner.__new__(ShardedLearner)
+    sharded.algorithm, sharded.n_outputs = loop.shards[0].algorithm, loop.shards[0].shard.state.arrays["P"].shape[1]
+    sharded.shards, sharded.scalars = [s.shard for s in loop.shards], loop.combiner.scalars
+    return sharded.merged_state(n_coords)
+
+
+@pytest.mark.parametrize("learner_name", ["scinol2", "kt", "nag"])
+@pytest.mark.parametrize("k", [1, 4])
+def test_zero_staleness_equals_one_learner(learner_name, k):
+    X, y, items = stream(400)
+    exact = make_learner(learner_name, "logistic")
+    want = exact.learn(X, y)
+    loop = Loop(make_learner(learner_name, "logistic"), k, staleness=0)
+    loop.run(items)
+    got = np.array([p["score"] for p in loop.predictions])
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    merged = merged_arrays(loop, exact.state.n_coords)
+    for name, arr in exact.state.arrays.items():
+        np.testing.assert_allclose(merged.arrays[name], arr, rtol=1e-9, atol=1e-12, err_msg=name)
+    assert loop.combiner.scalars == pytest.approx(exact.state.scalars, rel=1e-12)
+    assert [p["event_id"] for p in loop.predictions] == [e["id"] for _, e in items]
+
+
+def test_staleness_lets_shards_run_ahead_and_still_learn():
+    X, y, items = stream(2000, unlabelled_every=10**9)
+    losses = {}
+    for s in (0, 8, 64):
+        loop = Loop(make_learner("scinol2", "logistic"), 3, staleness=s)
+        loop.run(items, batch=128)
+        assert len(loop.predictions) == len(items)
+        losses[s] = np.mean([p["loss"] for p in loop.predictions if p["loss"] is not None])
+        assert all(len(sh.in_flight) == 0 for sh in loop.shards)
+    assert losses[64] < np.log(2) and losses[8] < np.log(2)
+    assert losses[0] != losses[64]  # staleness changes what is learned
+
+
+def test_repeated_feedback_is_ignored():
+    X, y, items = stream(300)
+    clean = Loop(make_learner("scinol2", "logistic"), 4, staleness=0)
+    clean.run(items)
+    noisy = Loop(make_learner("scinol2", "logistic"), 4, staleness=0, repeat={5, 6, 100, 299})
+    noisy.run(items)
+    assert [p["score"] for p in noisy.predictions] == [p["score"] for p in clean.predictions]
+    assert sum(s.duplicates for s in noisy.shards) == 4 * 4
+    for a, b in zip(noisy.shards, clean.shards):
+        for name in a.shard.state.arrays:
+            np.testing.assert_array_equal(a.shard.state.arrays[name], b.shard.state.arrays[name])
+
+
+def test_lost_feedback_is_reported_and_skipped_without_stalling():
+    X, y, items = stream(300, unlabelled_every=10**9)
+    loop = Loop(make_learner("scinol2", "logistic"), 4, staleness=3, lose={50})
+    loop.run(items)
+    # Every event is still predicted; each shard reports the one it lost.
+    assert len(loop.predictions) == len(items)
+    for shard in loop.shards:
+        assert shard.missing == [(50, items[49][1]["id"])]
+        assert shard.applied == len(items) and not shard.in_flight
+        assert all(np.isfinite(a).all() for a in shard.shard.state.arrays.values())
+
+
+def test_lost_feedback_at_zero_staleness_is_given_up_after_the_timeout():
+    X, y, items = stream(20, unlabelled_every=10**9)
+    loop = Loop(make_learner("scinol2", "logistic"), 2, staleness=0, lose={20})
+    loop.run(items)
+    assert all(s.in_flight for s in loop.shards)  # waiting for #20's feedback
+    for s in loop.shards:
+        assert s.expire(timeout=0.0) == []
+        assert s.missing == [(20, items[19][1]["id"])] and not s.in_flight
