@@ -126,8 +126,9 @@ class ShardRunner:
 
     def __init__(self, algorithm, n_outputs: int, shard: int, staleness: int, scalars: dict,
                  state: LearnerState | None = None, coords: np.ndarray | None = None, applied: int = 0,
-                 offsets: dict | None = None, learned: int = 0):
+                 offsets: dict | None = None, learned: int = 0, feedback_timeout: float = 30.0):
         self.algorithm, self.shard_no, self.staleness = algorithm, shard, staleness
+        self.feedback_timeout = feedback_timeout
         self.shard = Shard(algorithm, n_outputs, state, coords)
         self.scalars = dict(scalars)
         """The global scalars as of the last feedback applied."""
@@ -171,13 +172,19 @@ class ShardRunner:
         """Apply feedback records in order; returns the partials now
         predictable. ``on_cut(seq)`` is called right after applying a record
         that asks for a checkpoint cut, while the state is exactly the cut's."""
+        out = []
         for rec in records:
             seq = rec["seq"]
+            if not rec["event_id"]:  # a control record of the feedback reader (FeedbackWatch)
+                if rec["checkpoint"]:  # end of input: nothing more will come
+                    self.give_up_all()
+                    if on_cut is not None and self.applied:
+                        on_cut(self.applied)
+                else:
+                    out += self.expire()
+                continue
             if seq <= self.applied:
-                if rec.get("checkpoint") and seq == self.applied and on_cut is not None:
-                    on_cut(seq)  # a checkpoint asked for at the end of input (see FeedbackCoverage)
-                elif rec["event_id"]:
-                    self.duplicates += 1  # already applied (or given up): a redelivery
+                self.duplicates += 1  # already applied (or given up): a redelivery
                 continue
             if seq > self.predicted:
                 self.unexpected += 1  # feedback for an event this shard never predicted
@@ -192,9 +199,9 @@ class ShardRunner:
                 self.algorithm.update(self.shard.state, flight.slots, flight.values, False, self.scalars,
                                       np.asarray(rec["g"], dtype=np.float64), flight.weights)
             self._done(flight)
-            if rec.get("checkpoint") and on_cut is not None:
+            if rec["checkpoint"] and on_cut is not None:
                 on_cut(seq)
-        return self._predict_ready()
+        return out + self._predict_ready()
 
     def _done(self, flight: Flight) -> None:
         self.applied = flight.seq
@@ -209,15 +216,19 @@ class ShardRunner:
         log.warning("shard %d: the feedback of event #%d (%s) is missing; its update is skipped",
                     self.shard_no, flight.seq, flight.event_id)
 
-    def expire(self, timeout: float) -> list[Partial]:
-        """Give up on feedback awaited longer than ``timeout`` seconds, so a
+    def expire(self) -> list[Partial]:
+        """Give up on feedback awaited longer than the feedback timeout, so a
         lost record cannot stall the shard; returns what is then predictable."""
         now = time.monotonic()
         gave_up = False
-        while self.in_flight and now - self.in_flight[0].since > timeout:
+        while self.in_flight and now - self.in_flight[0].since > self.feedback_timeout:
             self._give_up(self.in_flight.popleft())
             gave_up = True
         return self._predict_ready() if gave_up else []
+
+    def give_up_all(self) -> None:
+        while self.in_flight:
+            self._give_up(self.in_flight.popleft())
 
     def part(self) -> tuple[np.ndarray, LearnerState, dict]:
         """What this shard's part of a checkpoint cut holds: its coordinates,
@@ -294,40 +305,49 @@ class Combiner:
                 for i, ((event, version, _, _, value, feedback), row) in enumerate(zip(done, scores.tolist()))]
 
 
-class FeedbackCoverage(StopRule):
-    """The feedback reader's stop rule in bounded runs: done when every event
-    offset in ``targets`` ({partition: (start, stop)} of the events topic)
-    has had a feedback record (or a dead letter's record), i.e. every event
-    up to the end offsets seen at start was predicted and fed back. If
-    nothing new is covered for ``idle_timeout`` seconds it stops anyway and
-    reports what is missing, rather than waiting forever.
+class FeedbackWatch(StopRule):
+    """The feedback reader's rule: keeps the shards from waiting forever,
+    and ends bounded runs.
 
-    Its last batch asks every model's shards for a final checkpoint cut: one
-    end marker per model, a Feedback record repeating the model's last
-    sequence number with ``checkpoint`` set (a shard writes its part when it
-    has applied exactly that far)."""
+    * Heartbeats: after ``heartbeat_seconds`` without feedback it emits, for
+      every model it has seen, a control record (event id "", no
+      ``checkpoint``); a shard that gets one gives up feedback it has awaited
+      longer than its feedback timeout, so a lost record cannot stall it
+      even when nothing else arrives.
+    * Coverage (``targets`` given: {partition: (start, stop)} of the events
+      topic): done when every one of those event offsets has had a feedback
+      record (or a dead letter's record), i.e. every event up to the end
+      offsets seen at start was predicted and fed back; or when nothing new
+      is covered for ``idle_timeout`` seconds, reporting what is missing.
+      Its last batch is one end marker per model (a control record with
+      ``checkpoint`` set): each shard gives up what is still in flight and
+      writes its part of a final checkpoint cut.
+    """
 
-    def __init__(self, targets: dict[int, tuple[int, int]], idle_timeout: float, run_id: str,
-                 registry_url: str | None = None):
-        self.targets = {p: (a, b) for p, (a, b) in targets.items() if b > a}
-        self.idle_timeout, self.run_id, self.registry_url = idle_timeout, run_id, registry_url
+    def __init__(self, run_id: str, heartbeat_seconds: float, targets: dict[int, tuple[int, int]] | None = None,
+                 idle_timeout: float = 60.0, registry_url: str | None = None):
+        self.run_id, self.heartbeat_seconds, self.registry_url = run_id, heartbeat_seconds, registry_url
+        self.targets = None if targets is None else {p: (a, b) for p, (a, b) in targets.items() if b > a}
+        self.idle_timeout = idle_timeout
         self._seen: dict[int, np.ndarray] | None = None
         self._left = 0
-        self._last_progress = None
         self._codec = None
         self._last_seq: dict[str, int] = {}
+        self._last_progress = self._last_beat = 0.0
 
     def _start(self):
         from schemas.codec import Codec
 
         self._codec = Codec(self.registry_url)
-        self._seen = {p: np.zeros(b - a, dtype=bool) for p, (a, b) in self.targets.items()}
-        self._left = sum(b - a for a, b in self.targets.values())
-        self._last_progress = time.monotonic()
+        targets = self.targets or {}
+        self._seen = {p: np.zeros(b - a, dtype=bool) for p, (a, b) in targets.items()}
+        self._left = sum(b - a for a, b in targets.values())
+        self._last_progress = self._last_beat = time.monotonic()
 
     def observe(self, batch) -> bool:
         if self._seen is None:
             self._start()
+        self._last_beat = time.monotonic()
         before = self._left
         for msg in batch:
             try:
@@ -339,8 +359,8 @@ class FeedbackCoverage(StopRule):
                 continue
             if rec["model"]:
                 self._last_seq[rec["model"]] = max(rec["seq"], self._last_seq.get(rec["model"], 0))
-            span = self.targets.get(rec["partition"])
-            if span is not None and span[0] <= rec["offset"] < span[1]:
+            span = self._seen and (self.targets or {}).get(rec["partition"])
+            if span and span[0] <= rec["offset"] < span[1]:
                 seen = self._seen[rec["partition"]]
                 i = rec["offset"] - span[0]
                 if not seen[i]:
@@ -348,11 +368,13 @@ class FeedbackCoverage(StopRule):
                     self._left -= 1
         if self._left < before:
             self._last_progress = time.monotonic()
-        return self._left == 0
+        return self.targets is not None and self._left == 0
 
     def idle(self) -> bool:
         if self._seen is None:
             self._start()
+        if self.targets is None:
+            return False
         if self._left == 0:
             return True
         if time.monotonic() - self._last_progress < self.idle_timeout:
@@ -362,13 +384,22 @@ class FeedbackCoverage(StopRule):
                     self._left, self.idle_timeout, gaps)
         return True
 
-    def last_batch(self, topic: str, partition: int) -> list:
+    def _control(self, topic, partition, checkpoint: bool) -> list:
         from .kafka_io import KafkaMessage
 
         out = []
         for model, seq in sorted(self._last_seq.items()):
-            marker = {"event_id": "", "model": model, "run_id": self.run_id, "seq": seq, "partition": -1,
-                      "offset": -1, "g": [], "scalars": {}, "checkpoint": True}
+            record = {"event_id": "", "model": model, "run_id": self.run_id, "seq": seq, "partition": -1,
+                      "offset": -1, "g": [], "scalars": {}, "checkpoint": checkpoint}
             out.append(KafkaMessage(topic, partition, -1, -1, model.encode(),
-                                    self._codec.encode("scinol.Feedback", marker)))
+                                    self._codec.encode("scinol.Feedback", record)))
         return out
+
+    def heartbeat(self, topic: str, partition: int) -> list:
+        if time.monotonic() - self._last_beat < self.heartbeat_seconds:
+            return []
+        self._last_beat = time.monotonic()
+        return self._control(topic, partition, checkpoint=False)
+
+    def last_batch(self, topic: str, partition: int) -> list:
+        return self._control(topic, partition, checkpoint=True)

@@ -13,7 +13,7 @@ import apache_beam as beam
 
 from .cuts import CutStore
 from .kafka_io import UNBOUNDED_STOP, ReadFromKafkaRanges, WriteToKafka, resolve_ranges
-from .sharded_model import FeedbackCoverage
+from .sharded_model import FeedbackWatch
 from .sharded_transforms import (CombineStep, DecodeShardedInput, FeedbackFaults, RouteEvents, ShardedConfig,
                                  ShardStep, skip_record)
 from .transforms import EncodeRecords
@@ -60,18 +60,18 @@ def resume_cuts(cfg) -> tuple[dict[str, int], dict[int, int]]:
 
 def feedback_range(cfg, events_ranges, run_id: str):
     """The feedback topic's one partition, from its current end (earlier
-    records belong to earlier runs), with a coverage stop rule when the
-    events ranges are finite."""
+    records belong to earlier runs), watched by a :class:`FeedbackWatch`
+    (heartbeats; the end of the run when the events ranges are finite)."""
     ranges = resolve_ranges(cfg.bootstrap, cfg.feedback, bounded=False, consumer_config=cfg.kafka_config,
                             start_at_end=True)
     if len(ranges) != 1:
         raise ValueError(f"the feedback topic {cfg.feedback!r} has {len(ranges)} partitions; sharded mode needs "
                          f"exactly 1 (the shards must see each model's feedback in order)")
-    rule = None
+    targets = None
     if all(r.stop < UNBOUNDED_STOP for r in events_ranges):
-        rule = FeedbackCoverage({r.partition: (r.start, r.stop) for r in events_ranges},
-                                idle_timeout=2 * cfg.feedback_timeout + 10, run_id=run_id,
-                                registry_url=cfg.registry_url)
+        targets = {r.partition: (r.start, r.stop) for r in events_ranges}
+    rule = FeedbackWatch(run_id, heartbeat_seconds=max(cfg.feedback_timeout / 2, 0.5), targets=targets,
+                         idle_timeout=2 * cfg.feedback_timeout + 10, registry_url=cfg.registry_url)
     return ranges[0]._replace(stop_rule=rule)
 
 

@@ -29,9 +29,7 @@ from typing import NamedTuple
 import apache_beam as beam
 from apache_beam.coders import VarIntCoder
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
-from apache_beam.utils.timestamp import Timestamp
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
 from .cuts import CutStore
 from .sharded_model import Combiner, Router, ShardRunner
@@ -180,22 +178,22 @@ class RouteEvents(beam.DoFn):
 class ShardStep(beam.DoFn):
     """Keyed by (model, shard): one :class:`ShardRunner` each. Writes its
     part of a checkpoint cut when it has applied the feedback marked for
-    one. A feedback record awaited longer than the feedback timeout is given
-    up (reported) so the shard never stalls.
+    one. Feedback awaited longer than the feedback timeout is given up
+    (reported) when the feedback reader's heartbeat comes, so a lost record
+    never stalls the shard.
 
-    (No end-of-input timer: on the FnApiRunner a watermark timer in a stage
-    fused with the source fires after every bundle, so the end of a bounded
-    run is signalled by the feedback reader's end markers instead.)"""
+    (No timers: on the FnApiRunner a watermark timer in a stage fused with
+    the source fires after every bundle, and a processing-time timer still
+    pending fails the run when it ends; the feedback reader's control
+    records do both jobs, on every runner.)"""
 
     APPLIED = ReadModifyWriteStateSpec("applied", VarIntCoder())
-    STALL = TimerSpec("stall", TimeDomain.REAL_TIME)
 
     def __init__(self, config: ShardedConfig):
         self.config = config
 
     def setup(self):
         self.runners: dict[tuple, ShardRunner] = {}
-        self.stall_at: dict[tuple, float] = {}
         self.store = self.config.store()
         self.duplicates = Metrics.counter(NAMESPACE, "feedback_duplicates")
         self.missing = Metrics.counter(NAMESPACE, "feedback_missing")
@@ -203,21 +201,23 @@ class ShardStep(beam.DoFn):
     def _runner(self, key) -> ShardRunner:
         runner = self.runners.get(key)
         if runner is None:
+            cfg = self.config
             model, s = key
-            learner = self.config.learner.make()
+            learner = cfg.learner.make()
             algo = learner.algorithm
-            cut = self.config.cut(self.store, model)
+            cut = cfg.cut(self.store, model)
             if cut is not None:
                 coords, state, _ = cut.shard(s)
-                runner = ShardRunner(algo, learner.n_outputs, s, self.config.staleness, state.scalars, state,
-                                     coords, cut.seq, cut.offsets if s == 0 else None, cut.learned)
+                runner = ShardRunner(algo, learner.n_outputs, s, cfg.staleness, state.scalars, state, coords,
+                                     cut.seq, cut.offsets if s == 0 else None, cut.learned, cfg.feedback_timeout)
             else:
                 scalars = algo.init_state(0, learner.n_outputs).scalars
-                runner = ShardRunner(algo, learner.n_outputs, s, self.config.staleness, scalars)
+                runner = ShardRunner(algo, learner.n_outputs, s, cfg.staleness, scalars,
+                                     feedback_timeout=cfg.feedback_timeout)
             self.runners[key] = runner
         return runner
 
-    def process(self, element, applied=beam.DoFn.StateParam(APPLIED), stall=beam.DoFn.TimerParam(STALL)):
+    def process(self, element, applied=beam.DoFn.StateParam(APPLIED)):
         key, (kind, payload) = element
         runner = self._runner(key)
         dup, miss = runner.duplicates, len(runner.missing)
@@ -225,35 +225,11 @@ class ShardStep(beam.DoFn):
             partials = runner.add(payload)
         else:
             partials = runner.feedback(payload, on_cut=lambda seq: self._save(key, runner, seq))
-        self._count(runner, dup, miss)
-        applied.write(runner.applied)
-        self._arm(key, runner, stall)
-        if partials:
-            yield key[0], partials
-
-    def _count(self, runner, dup, miss):
         if runner.duplicates > dup:
             self.duplicates.inc(runner.duplicates - dup)
         if len(runner.missing) > miss:
             self.missing.inc(len(runner.missing) - miss)
-
-    def _arm(self, key, runner, stall) -> None:
-        """One pending stall timer per key at most, while feedback is awaited."""
-        if runner.in_flight and key not in self.stall_at:
-            at = time.time() + self.config.feedback_timeout
-            self.stall_at[key] = at
-            stall.set(Timestamp.of(at))
-
-    @on_timer(STALL)
-    def on_stall(self, key=beam.DoFn.KeyParam, stall=beam.DoFn.TimerParam(STALL)):
-        self.stall_at.pop(key, None)
-        runner = self.runners.get(key)
-        if runner is None:
-            return
-        miss = len(runner.missing)
-        partials = runner.expire(self.config.feedback_timeout)
-        self._count(runner, runner.duplicates, miss)
-        self._arm(key, runner, stall)
+        applied.write(runner.applied)
         if partials:
             yield key[0], partials
 

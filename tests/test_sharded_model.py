@@ -123,9 +123,17 @@ def test_lost_feedback_is_reported_and_skipped_without_stalling():
 
 def test_lost_feedback_at_zero_staleness_is_given_up_after_the_timeout():
     X, y, items = stream(20, unlabelled_every=10**9)
-    loop = Loop(make_learner("scinol2", "logistic"), 2, staleness=0, lose={20})
+    loop = Loop(make_learner("scinol2", "logistic"), 2, staleness=0, lose={10})
     loop.run(items)
-    assert all(s.in_flight for s in loop.shards)  # waiting for #20's feedback
+    assert all(s.in_flight for s in loop.shards)  # stalled: waiting for #10's feedback
+    assert len(loop.predictions) == 10
+    heartbeat = {"event_id": "", "model": "m", "run_id": "run", "seq": 9, "partition": -1, "offset": -1,
+                 "g": [], "scalars": {}, "checkpoint": False}
     for s in loop.shards:
-        assert s.expire(timeout=0.0) == []
-        assert s.missing == [(20, items[19][1]["id"])] and not s.in_flight
+        s.feedback_timeout = 0.0  # as if the timeout has passed
+        loop._combine(s.feedback([heartbeat]))
+        assert s.missing == [(10, items[9][1]["id"])]
+    loop._deliver()
+    while loop.feedback_queue:
+        loop._deliver()
+    assert len(loop.predictions) == len(items)  # the shards went on
