@@ -97,8 +97,9 @@ def build_sharded(p: beam.Pipeline, cfg, faults: FeedbackFaults = FeedbackFaults
     batches = p | "ReadEventsAndFeedback" >> ReadFromKafkaRanges(
         cfg.bootstrap, events + [feedback], group_id=cfg.group_id, consumer_config=consumer,
         max_batch=cfg.max_batch)
+    limits = {k: getattr(cfg, k) for k in ("max_index", "max_message_bytes") if getattr(cfg, k, None) is not None}
     decoded = batches | "Decode" >> beam.ParDo(
-        DecodeShardedInput(lc.loss, lc.n_classes, cfg.feedback, cfg.registry_url)).with_outputs(
+        DecodeShardedInput(lc.loss, lc.n_classes, cfg.feedback, cfg.registry_url, **limits)).with_outputs(
         DecodeShardedInput.DEAD, main="inputs")
     (decoded.inputs
      | "Route" >> beam.ParDo(RouteEvents(sc)).with_input_types(typing.Tuple[str, typing.Any])

@@ -90,8 +90,8 @@ class DecodeShardedInput(DecodeEvents):
     """Batches from both topics → (model, (EVENTS, [(Position, event)...]))
     or (model, (FEEDBACK, [record...])); bad events to the ``dead`` tag."""
 
-    def __init__(self, loss, n_classes, feedback_topic: str, registry_url=None):
-        super().__init__(loss, n_classes, registry_url)
+    def __init__(self, loss, n_classes, feedback_topic: str, registry_url=None, **limits):
+        super().__init__(loss, n_classes, registry_url, **limits)
         self.feedback_topic = feedback_topic
 
     def process(self, batch):
