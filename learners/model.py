@@ -210,14 +210,19 @@ class OnlineLearner:
         save_state(path, self.state, {**(extra or {}), **self.header()})
 
     @classmethod
+    def from_header(cls, meta: dict, where: str = "header") -> "OnlineLearner":
+        """A fresh learner configured as ``header()`` describes it."""
+        try:
+            return cls(meta["learner"], meta["loss"], n_classes=meta["n_outputs"] if meta["loss"] == "softmax" else None,
+                       bias=meta["bias"], hash_bits=meta["hash_bits"], hash_seed=meta["hash_seed"],
+                       loss_param=meta.get("loss_param"), **meta["params"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateFileError(f"{where}: header does not describe a learner ({exc})") from None
+
+    @classmethod
     def load(cls, path: str) -> "OnlineLearner":
         state, meta = load_state(path)
-        try:
-            model = cls(meta["learner"], meta["loss"], n_classes=meta["n_outputs"] if meta["loss"] == "softmax" else None,
-                        bias=meta["bias"], hash_bits=meta["hash_bits"], hash_seed=meta["hash_seed"],
-                        loss_param=meta.get("loss_param"), **meta["params"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StateFileError(f"{path}: header does not describe a learner ({exc})") from None
+        model = cls.from_header(meta, path)
         try:
             model.algorithm.check_state(state, model.n_outputs)
         except ValueError as exc:

@@ -60,10 +60,11 @@ class Cut:
         state.fill.pop("coords", None)
         return coords, state, header
 
-    def merged_learner(self, make_learner) -> OnlineLearner:
+    def merged_learner(self, make_learner=None) -> OnlineLearner:
         """The K shard parts put back together as one learner (for
-        inspection, export, or continuing in exact mode)."""
-        learner = make_learner()
+        inspection, export, or continuing in exact mode); configured as the
+        parts' headers say unless ``make_learner`` is given."""
+        learner = make_learner() if make_learner else OnlineLearner.from_header(self.head, self.path)
         parts = [self.shard(s) for s in range(self.n_shards)]
         n_coords = max((int(c.max(initial=-1)) + 1 for c, _, _ in parts), default=0)
         learner._ensure_state(max(n_coords - learner.bias, 0))
@@ -71,7 +72,21 @@ class Cut:
             for name, arr in learner.state.arrays.items():
                 arr[coords] = state.arrays[name]
         learner.state.scalars = dict(parts[0][1].scalars)
+        learner.loaded_header = {k: v for k, v in self.head.items() if k != "scalars"}
         return learner
+
+
+def load_cut(path: str) -> Cut:
+    """The cut in directory ``path`` (StateFileError if incomplete or damaged)."""
+    parts = [n for n in os.listdir(path) if _PART.match(n)]
+    m = _CUT.match(os.path.basename(os.path.normpath(path)))
+    if not parts or m is None:
+        raise StateFileError(f"{path}: not a checkpoint cut directory (cut-<seq>/shard-<s>-of-<K>.scinol)")
+    n_shards = int(_PART.match(parts[0]).group(1))
+    cut, problem = CutStore._check(path, int(m.group(1)), n_shards)
+    if cut is None:
+        raise StateFileError(f"{path}: {problem}")
+    return cut
 
 
 class CutStore:
@@ -105,7 +120,8 @@ class CutStore:
         return sorted(((int(m.group(1)), os.path.join(folder, n)) for n in names if (m := _CUT.match(n))),
                       reverse=True)
 
-    def _check(self, path: str, seq: int, n_shards: int) -> tuple[Cut | None, str | None]:
+    @staticmethod
+    def _check(path: str, seq: int, n_shards: int) -> tuple[Cut | None, str | None]:
         """(the cut, None) if complete and valid, else (None, why not)."""
         head = None
         for s in range(n_shards):

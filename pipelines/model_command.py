@@ -15,8 +15,20 @@ def _names(model: OnlineLearner, n: int) -> list[str]:
     return (["bias"] if model.bias else []) + [str(i - offset) for i in range(offset, n)]
 
 
+def load_model(path: str) -> OnlineLearner:
+    """A model file or checkpoint, or a sharded-mode checkpoint cut directory
+    (its shard parts merged into one model)."""
+    import os
+
+    if os.path.isdir(path):
+        from .cuts import load_cut
+
+        return load_cut(path).merged_learner()
+    return OnlineLearner.load(path)
+
+
 def inspect(path: str, top: int = 10, out=sys.stdout) -> None:
-    model = OnlineLearner.load(path)
+    model = load_model(path)
     header = {k: v for k, v in model.loaded_header.items() if k not in ("fill",)}
     print(json.dumps(header, indent=1, sort_keys=True, default=str), file=out)
     w = model.weights()
@@ -32,10 +44,10 @@ def inspect(path: str, top: int = 10, out=sys.stdout) -> None:
 
 def export(path: str, fmt: str, output: str | None) -> str:
     """Write the weights as a table: feature, output, weight."""
-    model = OnlineLearner.load(path)
+    model = load_model(path)
     w = model.weights()
     names = _names(model, w.shape[0])
-    output = output or f"{path}.weights.{fmt}"
+    output = output or f"{path.rstrip('/')}.weights.{fmt}"
     rows_feature = np.repeat(names, w.shape[1])
     rows_output = np.tile(np.arange(w.shape[1]), w.shape[0])
     weights = w.reshape(-1)

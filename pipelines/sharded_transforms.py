@@ -238,7 +238,8 @@ class ShardStep(beam.DoFn):
             return
         model, s = key
         coords, state, header = runner.part()
-        self.store.save_shard(model, seq, s, self.config.n_shards, coords, state, header)
+        self.store.save_shard(model, seq, s, self.config.n_shards, coords, state,
+                              {**header, **self.config.learner.make().header()})
 
 
 class CombineStep(beam.DoFn):

@@ -40,6 +40,13 @@ def test_four_shards_at_zero_staleness_equal_exact_mode(kafka_bootstrap, topic_n
     np.testing.assert_allclose(merged.state.arrays["P"], exact.state.arrays["P"][: merged.state.n_coords],
                                rtol=1e-9, atol=1e-12)
     assert merged.state.scalars == pytest.approx(exact.state.scalars, rel=1e-12)
+    # `scinol model inspect|export` read a cut directory as the merged model.
+    from pipelines.model_command import load_model
+
+    np.testing.assert_allclose(load_model(cut.path).weights(), exact.weights(), rtol=1e-9, atol=1e-12)
+    shown = subprocess.run([sys.executable, "-m", "pipelines.cli", "model", "inspect", cut.path],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "400" in shown.stdout and "scinol2" in shown.stdout
     # Earlier cuts were asked for every 150 events and are complete too.
     assert sorted(p.name for p in (tmp_path / "ckpt" / "default").iterdir()) == [
         "cut-000000000150", "cut-000000000300", "cut-000000000400"]

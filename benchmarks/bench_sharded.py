@@ -1,0 +1,136 @@
+#!/usr/bin/env python
+"""Sharded mode on the embedded broker: what staleness buys and costs.
+
+1. ``--staleness`` table: K shards at S = 0, 8, 64, 512 on the seed's toy
+   data, a synthetic sparse stream (50 non-zeros of 2^20) and, when
+   ../shared/data is present, UCI Adult one-hot encoded (a real sparse set):
+   mean progressive loss over the labelled events (exact mode beside it) and
+   events/s from the first prediction to the last.
+2. ``--shards`` table: K = 1, 2, 4 at S = 64 beside exact mode: events/s
+   (bounded backfill) and p50/p99 latency with a producer paced at --rate.
+
+Usage: python benchmarks/bench_sharded.py [--n 3000] [--rate 300] [--seconds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+from learners.datasets import toy_examples
+from pipelines.bench.pipeline_speed import sparse_events
+from pipelines.broker import EmbeddedBroker
+from pipelines.produce import dense_events, ensure_topic, produce_events
+from pipelines.run_pipeline import RunConfig, run
+from pipelines.tail import read_records
+
+SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+
+
+def adult_events(n: int):
+    """UCI Adult (../shared/data), one-hot: ~14 non-zeros of ~100 columns."""
+    from pipelines.bench.paper_data import load_adult
+
+    data = load_adult(SHARED)
+    X, y = data.X_train[:n], np.where(data.y_train[:n] > 0, 1.0, -1.0)
+    for i, row in enumerate(X):
+        idx = np.flatnonzero(row)
+        yield {"id": f"a{i}", "timestamp": 1_700_000_000_000 + i, "model": "default",
+               "features": {"indices": idx.tolist(), "values": row[idx].tolist()}, "label": float(y[i]),
+               "weight": None}
+
+
+def datasets(n: int):
+    X, y = toy_examples(n, 0)
+    sets = [("toy (21 dense)", lambda: dense_events(X, y, "t-", start_ms=1_700_000_000_000)),
+            ("sparse (50 of 2^20)", lambda: sparse_events(n))]
+    if os.path.isdir(os.path.join(SHARED, "adult")):
+        sets.append(("Adult (one-hot)", lambda: adult_events(n)))
+    return sets
+
+
+def backfill(bootstrap: str, topic: str, n: int, **options) -> tuple[float, float, float]:
+    """Bounded run over the n events in ``topic``: (mean progressive loss,
+    events/s first to last prediction, wall seconds incl. start-up)."""
+    pred = f"{topic}.pred.{time.time_ns()}"
+    with tempfile.TemporaryDirectory() as ckpt:
+        cfg = RunConfig(bootstrap=bootstrap, topic=topic, predictions_topic=pred, bounded=True,
+                        checkpoint_dir=ckpt, progress_seconds=None, **options)
+        t0 = time.perf_counter()
+        run(cfg)
+        wall = time.perf_counter() - t0
+    preds = read_records(bootstrap, pred, n)
+    assert len(preds) == n, f"{len(preds)} predictions for {n} events"
+    made = np.array([p["event_timestamp"] + p["latency_ms"] for p in preds])  # when each was made (ms)
+    losses = [p["loss"] for p in preds if p["loss"] is not None]
+    return float(np.mean(losses)), n / max((made.max() - made.min()) / 1000.0, 1e-9), wall
+
+
+def latency(bootstrap: str, rate: float, seconds: float, **options) -> tuple[float, float]:
+    topic = f"bench.lat.{time.time_ns()}"
+    n = int(rate * seconds)
+    ensure_topic(bootstrap, topic, 1)
+    cfg = RunConfig(bootstrap=bootstrap, topic=topic, predictions_topic=topic + ".pred", bounded=False,
+                    stop_after=n, progress_seconds=None, max_batch=500, **options)
+    X, y = toy_examples(n, 3)
+
+    def producer():
+        time.sleep(4.0)  # let the pipeline start
+        stamped = ({**e, "timestamp": int(time.time() * 1000)} for e in dense_events(X, y, "lat-", start_ms=0))
+        produce_events(bootstrap, topic, stamped, rate=rate, total=n, progress=False)
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    run(cfg)
+    thread.join()
+    lat = np.array([p["latency_ms"] for p in read_records(bootstrap, cfg.predictions_topic, n)])
+    return float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=3000, help="events per data set for the staleness table")
+    ap.add_argument("--k", type=int, default=4, help="shards for the staleness table")
+    ap.add_argument("--throughput-n", type=int, default=20000, help="events for the shards table")
+    ap.add_argument("--rate", type=float, default=300, help="events/s for the latency runs")
+    ap.add_argument("--seconds", type=float, default=15)
+    ap.add_argument("--skip-staleness", action="store_true")
+    ap.add_argument("--skip-shards", action="store_true")
+    args = ap.parse_args()
+    with EmbeddedBroker() as broker:
+        bs = broker.bootstrap
+        if not args.skip_staleness:
+            print(f"\nK = {args.k} shards, {args.n} events per data set: mean progressive loss | events/s")
+            print(f"{'data':<22}{'exact':>18}" + "".join(f"{f'S = {s}':>18}" for s in (0, 8, 64, 512)))
+            for name, events in datasets(args.n):
+                topic = f"bench.stale.{time.time_ns()}"
+                produce_events(bs, topic, events(), partitions=1, progress=False)
+                cells = []
+                for options in [{}] + [{"shards": args.k, "max_staleness": s} for s in (0, 8, 64, 512)]:
+                    loss, rate, _ = backfill(bs, topic, args.n, **options)
+                    cells.append(f"{loss:.4f} | {rate:>6,.0f}")
+                    print(f"  ({name}, {options or 'exact'}: loss {loss:.4f}, {rate:,.0f} events/s)",
+                          file=sys.stderr, flush=True)
+                print(f"{name:<22}" + "".join(f"{c:>18}" for c in cells), flush=True)
+        if not args.skip_shards:
+            topic = f"bench.shards.{time.time_ns()}"
+            X, y = toy_examples(args.throughput_n, 1)
+            produce_events(bs, topic, dense_events(X, y, "k-", start_ms=1_700_000_000_000), partitions=1,
+                           progress=False)
+            print(f"\ntoy, {args.throughput_n} events backfilled; latency at {args.rate:,.0f} events/s paced")
+            print(f"{'mode':<22}{'events/s':>12}{'wall s':>9}{'p50 ms':>9}{'p99 ms':>9}")
+            for label, options in [("exact", {})] + [(f"K = {k}, S = 64", {"shards": k, "max_staleness": 64})
+                                                      for k in (1, 2, 4)]:
+                _, rate, wall = backfill(bs, topic, args.throughput_n, **options)
+                p50, p99 = latency(bs, args.rate, args.seconds, **options)
+                print(f"{label:<22}{rate:>12,.0f}{wall:>9.1f}{p50:>9.1f}{p99:>9.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
