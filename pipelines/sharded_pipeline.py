@@ -98,13 +98,15 @@ def build_sharded(p: beam.Pipeline, cfg, faults: FeedbackFaults = FeedbackFaults
         cfg.bootstrap, events + [feedback], group_id=cfg.group_id, consumer_config=consumer,
         max_batch=cfg.max_batch)
     limits = {k: getattr(cfg, k) for k in ("max_index", "max_message_bytes") if getattr(cfg, k, None) is not None}
+    # Output type hints give the keyed steps deterministic key coders.
+    Keyed, ShardKeyed = typing.Tuple[str, typing.Any], typing.Tuple[typing.Tuple[str, int], typing.Any]
     decoded = batches | "Decode" >> beam.ParDo(
-        DecodeShardedInput(lc.loss, lc.n_classes, cfg.feedback, cfg.registry_url, **limits)).with_outputs(
-        DecodeShardedInput.DEAD, main="inputs")
+        DecodeShardedInput(lc.loss, lc.n_classes, cfg.feedback, cfg.registry_url, **limits)).with_output_types(
+        Keyed).with_outputs(DecodeShardedInput.DEAD, main="inputs")
     (decoded.inputs
-     | "Route" >> beam.ParDo(RouteEvents(sc)).with_input_types(typing.Tuple[str, typing.Any])
-     | "Shards" >> beam.ParDo(ShardStep(sc)).with_input_types(typing.Tuple[typing.Tuple[str, int], typing.Any])
-     | "Combine" >> beam.ParDo(CombineStep(sc)).with_input_types(typing.Tuple[str, typing.Any]))
+     | "Route" >> beam.ParDo(RouteEvents(sc)).with_output_types(ShardKeyed)
+     | "Shards" >> beam.ParDo(ShardStep(sc)).with_output_types(Keyed)
+     | "Combine" >> beam.ParDo(CombineStep(sc)))
 
     producer = dict(cfg.kafka_config)
     dead = decoded[DecodeShardedInput.DEAD]
