@@ -3,7 +3,10 @@
 Saved as a zip of ``header.json`` plus one ``.npy`` member per array, written
 with ``allow_pickle=False`` and read back the same way, so loading a model
 file can never execute code. Each array's shape, dtype and SHA-256 are in the
-header and checked on load. Floats in the header are written by ``json``
+header and checked on load; a file is treated as untrusted input (members
+stored uncompressed and bounded in size, plain identifiers as array names,
+plain numeric dtypes, each ``.npy`` header checked against ``header.json``
+before its data is read: see :func:`load_state`). Floats in the header are written by ``json``
 with ``repr`` precision, so a saved learner continues bit-identically.
 """
 
@@ -12,7 +15,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
+import re
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -21,6 +26,11 @@ import numpy as np
 
 FORMAT = "scinol-state"
 FORMAT_VERSION = 1
+MAX_STATE_BYTES = 1 << 34
+"""Default bound on the arrays of one state file (16 GiB), far above real models."""
+MAX_HEADER_BYTES = 16 << 20
+_ARRAY_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_NUMERIC_KINDS = "fiub"  # float, signed, unsigned, bool: never object, void/structured, strings
 
 
 class StateFileError(ValueError):
@@ -91,38 +101,127 @@ def save_state(path: str, state: LearnerState, header: dict) -> None:
         raise
 
 
-def load_state(path: str) -> tuple[LearnerState, dict]:
-    """Read and validate a state file; returns the state and its header."""
+def load_state(path: str, max_bytes: int = MAX_STATE_BYTES) -> tuple[LearnerState, dict]:
+    """Read and validate a state file; returns the state and its header.
+
+    Untrusted input is expected: nothing is unpickled or extracted (members
+    are read by name into memory), every member must be stored uncompressed
+    (as :func:`save_state` writes them, so a small file cannot expand into a
+    huge allocation), array names are plain identifiers, dtypes plain
+    numbers, each ``.npy`` header must agree with ``header.json`` before its
+    data is read, and the arrays together may not exceed ``max_bytes``.
+    Anything else is a :class:`StateFileError` naming the problem."""
     try:
         zf = zipfile.ZipFile(path)
-    except (OSError, zipfile.BadZipFile) as exc:
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError) as exc:
         raise StateFileError(f"{path}: not a readable scinol model file ({exc})") from None
     with zf:
-        try:
-            meta = json.loads(zf.read("header.json"))
-        except (KeyError, ValueError) as exc:
-            raise StateFileError(f"{path}: missing or invalid header.json ({exc})") from None
-        if meta.get("format") != FORMAT:
-            raise StateFileError(f"{path}: not a scinol model file (format {meta.get('format')!r})")
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise StateFileError(f"{path}: unsupported format version {meta.get('format_version')!r}")
-        arrays = {}
-        for name, spec in meta["arrays"].items():
-            try:
-                arr = np.lib.format.read_array(io.BytesIO(zf.read(f"{name}.npy")), allow_pickle=False)
-            except (KeyError, ValueError) as exc:
-                raise StateFileError(f"{path}: array {name!r} unreadable ({exc})") from None
-            if list(arr.shape) != spec["shape"] or arr.dtype.str != spec["dtype"]:
-                raise StateFileError(
-                    f"{path}: array {name!r} is {arr.dtype.str}{list(arr.shape)}, header says {spec['dtype']}{spec['shape']}"
-                )
-            if _sha256(arr) != spec["sha256"]:
-                raise StateFileError(f"{path}: array {name!r} fails its checksum (file corrupted)")
-            arrays[name] = arr
+        meta = _read_header(zf, path)
+        specs = _array_specs(meta, path, max_bytes)
+        arrays = {name: _read_array(zf, path, name, shape, dtype, digest) for name, (shape, dtype, digest) in specs.items()}
     lengths = {a.shape[0] for a in arrays.values()}
     if len(lengths) > 1:
         raise StateFileError(f"{path}: arrays disagree on the number of coordinates {sorted(lengths)}")
-    scalars = {k: float(v) for k, v in meta.pop("scalars").items()}
-    fill = {k: np.asarray(v, dtype=np.float64).tolist() for k, v in meta.pop("fill").items()}
+    try:
+        scalars = {str(k): _number(v) for k, v in meta.pop("scalars").items()}
+        fill = {str(k): np.asarray(v, dtype=np.float64).tolist() for k, v in meta.pop("fill").items()}
+    except (KeyError, AttributeError, TypeError, ValueError) as exc:
+        raise StateFileError(f"{path}: header 'scalars'/'fill' are not names of numbers ({exc})") from None
     meta.pop("arrays")
     return LearnerState(arrays, scalars, fill), meta
+
+
+def _member(zf: zipfile.ZipFile, path: str, name: str, limit: int) -> bytes:
+    """A member's bytes, refusing compressed members and sizes over ``limit``."""
+    try:
+        info = zf.getinfo(name)
+    except KeyError:
+        raise StateFileError(f"{path}: member {name!r} missing (file unreadable)") from None
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise StateFileError(f"{path}: member {name!r} is compressed; scinol model files store members "
+                             f"uncompressed (file unreadable)")
+    if info.file_size > limit:
+        raise StateFileError(f"{path}: member {name!r} declares {info.file_size} bytes, more than the "
+                             f"{limit} allowed (file unreadable)")
+    try:
+        return zf.read(info)
+    except (zipfile.BadZipFile, OSError, EOFError, RuntimeError, ValueError, NotImplementedError) as exc:
+        raise StateFileError(f"{path}: member {name!r} unreadable ({exc})") from None
+
+
+def _read_header(zf: zipfile.ZipFile, path: str) -> dict:
+    try:
+        raw = _member(zf, path, "header.json", MAX_HEADER_BYTES)
+    except StateFileError as exc:
+        raise StateFileError(f"missing or invalid header.json: {exc}") from None
+    try:
+        meta = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise StateFileError(f"{path}: missing or invalid header.json ({str(exc)[:200]})") from None
+    if not isinstance(meta, dict):
+        raise StateFileError(f"{path}: missing or invalid header.json (not a JSON object)")
+    if meta.get("format") != FORMAT:
+        raise StateFileError(f"{path}: not a scinol model file (format {str(meta.get('format'))[:60]!r})")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise StateFileError(f"{path}: unsupported format version {str(meta.get('format_version'))[:60]!r}")
+    return meta
+
+
+def _array_specs(meta: dict, path: str, max_bytes: int) -> dict[str, tuple[tuple[int, ...], np.dtype, str]]:
+    """name -> (shape, dtype, sha256) from header.json, checked before any array is read."""
+    arrays = meta.get("arrays")
+    if not isinstance(arrays, dict) or not arrays:
+        raise StateFileError(f"{path}: header.json lists no arrays")
+    specs, total = {}, 0
+    for name, spec in arrays.items():
+        if not _ARRAY_NAME.match(name):
+            raise StateFileError(f"{path}: array name {name[:80]!r} is not a plain identifier")
+        try:
+            shape = tuple(spec["shape"])
+            dtype = np.dtype(spec["dtype"]) if isinstance(spec["dtype"], str) else None
+            digest = spec["sha256"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateFileError(f"{path}: array {name!r}: bad entry in header.json ({str(exc)[:200]})") from None
+        if dtype is None or dtype.kind not in _NUMERIC_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+            raise StateFileError(f"{path}: array {name!r} has dtype {str(spec.get('dtype'))[:40]!r}; only plain "
+                                 f"numeric dtypes are allowed")
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape) or len(shape) > 4:
+            raise StateFileError(f"{path}: array {name!r} has shape {str(spec['shape'])[:80]}, not up to 4 sizes >= 0")
+        total += math.prod(shape) * dtype.itemsize
+        if total > max_bytes:
+            raise StateFileError(f"{path}: arrays declare more than {max_bytes} bytes; refusing to load")
+        specs[name] = (shape, dtype, digest)
+    return specs
+
+
+def _read_array(zf, path, name, shape, dtype, digest) -> np.ndarray:
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = _member(zf, path, f"{name}.npy", nbytes + 65536)  # + the .npy header
+    fo = io.BytesIO(raw)
+    try:  # the .npy header first: its shape and dtype must be the declared ones before any data is read
+        version = np.lib.format.read_magic(fo)
+        if version == (1, 0):
+            got_shape, fortran, got_dtype = np.lib.format.read_array_header_1_0(fo)
+        elif version == (2, 0):
+            got_shape, fortran, got_dtype = np.lib.format.read_array_header_2_0(fo)
+        else:
+            raise ValueError(f"unsupported .npy version {version}")
+    except (ValueError, EOFError, SyntaxError, TypeError) as exc:
+        raise StateFileError(f"{path}: array {name!r} unreadable ({str(exc)[:200]})") from None
+    if tuple(got_shape) != shape or got_dtype != dtype or fortran:
+        raise StateFileError(f"{path}: array {name!r} unreadable: its .npy header says {got_dtype.str}"
+                             f"{list(got_shape)}{' (Fortran order)' if fortran else ''}, header.json says "
+                             f"{dtype.str}{list(shape)}")
+    if len(raw) - fo.tell() != nbytes:
+        raise StateFileError(f"{path}: array {name!r} has {len(raw) - fo.tell()} data bytes, {nbytes} expected "
+                             f"(file truncated or corrupted)")
+    arr = np.frombuffer(raw, dtype=dtype, count=math.prod(shape), offset=fo.tell()).reshape(shape).copy()
+    if _sha256(arr) != digest:
+        raise StateFileError(f"{path}: array {name!r} fails its checksum (file corrupted)")
+    return arr
+
+
+def _number(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{str(value)[:40]!r} is not a number")
+    return float(value)

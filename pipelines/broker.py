@@ -59,17 +59,22 @@ class EmbeddedBroker:
     ...     produce_to(broker.bootstrap)
     """
 
-    def __init__(self, port: int | None = None, host: str = DEFAULT_HOST):
+    def __init__(self, port: int | None = None, host: str = DEFAULT_HOST, advertised_port: int | None = None):
         self.host = host
         self.port = port or free_port(host)
         self.bootstrap = f"{host}:{self.port}"
+        # The address clients are told to connect to after bootstrapping; another
+        # port than the listener's puts something (e.g. a fault-injecting proxy,
+        # tests/faultkit.py) between every client and the broker.
+        self.advertised_port = advertised_port or self.port
         self.process: subprocess.Popen | None = None
         self.log_path: str | None = None
 
     def start(self, timeout: float = 30.0) -> str:
         url = f"tcp://{self.host}:{self.port}"
+        advertised = f"tcp://{self.host}:{self.advertised_port}"
         fd, self.log_path = tempfile.mkstemp(prefix="tansu-", suffix=".log")
-        cmd = [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+        cmd = [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", advertised,
                "--storage-engine", "memory://tansu/"]
         with os.fdopen(fd, "wb") as log:
             # Its own session: Ctrl-C in a terminal reaches us, and we stop it.

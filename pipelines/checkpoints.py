@@ -1,7 +1,9 @@
 """Model checkpoints: a model's full state plus the stream position it covers.
 
 One checkpoint is one file ``<dir>/<model>/ckpt-<events>.scinol`` (the
-learner's no-pickle state file, written atomically: temp file + rename) whose
+learner's no-pickle state file, written atomically: temp file, fsync, rename;
+``<model>`` is the model name when it is a plain file name, else a stem and a
+hash of it, so names from events never collide or climb out) whose
 header also holds the next Kafka offset per partition that the state covers,
 the event count and the schema version, so state and position can never
 disagree. A JSON sidecar with the file's SHA-256 follows it; on load a file
@@ -21,15 +23,28 @@ import time
 from learners import OnlineLearner
 from learners.state import StateFileError
 
+from .faults import pause_point
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 _NAME = re.compile(r"^ckpt-(\d{12})\.scinol$")
+_TEMP = re.compile(r"^(ckpt-\d{12}\.scinol(\.json)?\.tmp|\.tmp-.*\.scinol)$")
+STALE_TEMP_SECONDS = 600.0
+_reported: set[str] = set()  # invalid checkpoints already warned about
 
 
 def _safe(model: str) -> str:
-    """A model name as a directory name (names come from events)."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", model) or "_"
+    """A model name as one directory name. Names come from events, so two
+    names must never share a directory (one model would load the other's
+    state) and none may climb out (``..``) or exceed a file name's length.
+    Plain names are their own directory; any other gets a readable stem and
+    a hash of the exact name after a ``~``, which no plain name contains."""
+    plain = re.sub(r"[^A-Za-z0-9._-]", "_", model)
+    if plain == model and 0 < len(model) <= 100 and not model.startswith("."):
+        return model
+    digest = hashlib.sha256(model.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{plain.lstrip('.')[:60]}~{digest}"
 
 
 def file_sha256(path: str) -> str:
@@ -38,6 +53,35 @@ def file_sha256(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(folder: str) -> None:
+    """Make a rename in ``folder`` durable (POSIX; a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return float("inf")  # gone meanwhile: not stale
 
 
 class Checkpoint:
@@ -74,13 +118,26 @@ class CheckpointStore:
             "schema_version": SCHEMA_VERSION,
             "created_ms": int(time.time() * 1000),
         }
-        learner.save(path, extra=header)
-        manifest = {**header, **learner.header(), "uri": os.path.abspath(path), "checksum": file_sha256(path),
+        # Written whole to a temp name and made durable (fsync) before it
+        # takes its real name, so a crash at any point leaves either no new
+        # checkpoint or a complete one; the sidecar follows the same way.
+        tmp = path + ".tmp"
+        learner.save(tmp, extra=header)
+        _fsync_file(tmp)
+        pause_point("checkpoint-before-rename")  # fault window for the crash tests (no-op otherwise)
+        checksum = file_sha256(tmp)
+        os.replace(tmp, path)
+        _fsync_dir(folder)
+        pause_point("checkpoint-before-manifest")
+        manifest = {**header, **learner.header(), "uri": os.path.abspath(path), "checksum": checksum,
                     "n_coords": learner.state.n_coords}
         tmp = path + ".json.tmp"
         with open(tmp, "w") as f:
             json.dump(manifest, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path[: -len(".scinol")] + ".json")
+        _fsync_dir(folder)
         self._prune(folder)
         return manifest
 
@@ -96,10 +153,20 @@ class CheckpointStore:
             for victim in (path, path[: -len(".scinol")] + ".json"):
                 if os.path.exists(victim):
                     os.unlink(victim)
+        # Temp files a crash left behind (never loaded: their names do not
+        # match); only old ones, in case another writer is mid-write.
+        now = time.time()
+        for name in os.listdir(folder):
+            victim = os.path.join(folder, name)
+            if _TEMP.match(name) and now - _mtime(victim) > STALE_TEMP_SECONDS:
+                try:
+                    os.unlink(victim)
+                except FileNotFoundError:
+                    pass
 
     def latest(self, model: str) -> Checkpoint | None:
         """The newest valid checkpoint of ``model``; corrupt ones are skipped with a warning."""
-        return self._newest(self.model_dir(model))
+        return self._newest(self.model_dir(model), model)
 
     def models(self) -> list[str]:
         """Names of the models with a valid checkpoint (as stored in them)."""
@@ -108,15 +175,20 @@ class CheckpointStore:
         found = (self._newest(os.path.join(self.directory, entry)) for entry in sorted(os.listdir(self.directory)))
         return [c.model for c in found if c is not None]
 
-    def _newest(self, folder: str) -> Checkpoint | None:
+    def _newest(self, folder: str, model: str | None = None) -> Checkpoint | None:
         for path in self._paths(folder):
             problem = _verify(path)
             if problem is None:
                 try:
-                    return Checkpoint(path, OnlineLearner.load(path))
+                    ckpt = Checkpoint(path, OnlineLearner.load(path))
+                    if model is None or ckpt.model == model:
+                        return ckpt
+                    problem = f"it is model {ckpt.model[:100]!r}'s"
                 except (StateFileError, KeyError, ValueError, TypeError) as exc:
                     problem = str(exc)
-            log.warning("skipping checkpoint %s: %s; using an older one", path, problem)
+            if path not in _reported:  # once per process: the store is consulted several times at start
+                _reported.add(path)
+                log.warning("skipping checkpoint %s: %s; using an older one", path, problem)
         return None
 
 

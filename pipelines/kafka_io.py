@@ -52,12 +52,19 @@ Reading
   ``auto.offset.reset=earliest`` (only reached when a start offset is below
   the log start), ``enable.partition.eof=true`` (how the end of a partition is
   seen) and ``fetch.queue.backoff.ms=10`` (librdkafka's 1000 ms default
-  stalls a reader slower than its fetcher); ``consumer_config`` overrides all
-  but the first and the EOF setting (TLS, SASL, fetch sizes...).
+  stalls a reader slower than its fetcher) and ``socket.timeout.ms=10000``
+  (a paused or hung broker is noticed in 10 s, not librdkafka's 60);
+  ``consumer_config`` overrides all but the first and the EOF setting (TLS,
+  SASL, fetch sizes...).
+
+* Broker trouble (refused connections, timeouts, all brokers down) is
+  retried by librdkafka with back-off and reported by every client, reader
+  and writer alike, as rate-limited warnings and "working again" when it
+  ends (:mod:`pipelines.kafka_health`).
 
 * Counters (namespace ``kafka_io``): ``messages_read``, ``batches_read``,
-  ``idle_checkpoints``, ``timed_checkpoints``; ``messages_delivered`` for
-  the writer.
+  ``idle_checkpoints``, ``timed_checkpoints``, ``broker_errors``;
+  ``messages_delivered`` for the writer.
 
 * Event time: each batch is emitted with the timestamp of its newest message
   (never below the current watermark, so nothing is late), and a
@@ -83,9 +90,11 @@ of either (batches). One ``Producer`` per DoFn instance; ``flush()`` in
 ``finish_bundle``; every delivery report is checked and the first failure
 raises ``RuntimeError`` naming topic, partition and error (a bundle never
 succeeds with a message undelivered). A full local queue (``BufferError``) is
-handled by polling and retrying. A broker that is down makes delivery fail
-after ``message.timeout.ms`` (librdkafka default 300 s; set it lower in
-``producer_config`` to fail faster).
+handled by polling and retrying. A broker that is down is waited for (with
+a warning every 10 s) until ``message.timeout.ms`` (librdkafka default
+300 s; raise it in ``producer_config`` to ride out longer outages, lower it
+to fail faster), after which delivery fails. ``flush_each=True`` waits for
+each element's acknowledgement (dead letters: see ``WriteToKafka``).
 
 Runner
 ------
@@ -103,6 +112,7 @@ source finishes (DESIGN §3).
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 import threading
@@ -119,6 +129,8 @@ from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
 from confluent_kafka import (TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException, Producer,
                              TopicPartition)
+
+from .kafka_health import with_error_reporting
 
 _LOG = logging.getLogger(__name__)
 
@@ -142,6 +154,42 @@ class _PartitionSpec(NamedTuple):
     partition: int
     start: int
     stop: int
+    stop_rule: Any = None
+    """Optional: ends the read early (see :class:`StopRule`)."""
+
+
+class StopRule:
+    """Ends the read of one partition on a condition of its content: a
+    picklable prototype, copied once per partition per reader. ``observe``
+    sees each batch after it was emitted; ``idle`` is asked when a poll
+    found nothing. Either returning True ends the restriction there, after
+    emitting ``last_batch()`` if it is not empty (a closing message of the
+    rule's own making, e.g. an end-of-input marker for what follows)."""
+
+    def observe(self, batch: list) -> bool:
+        return False
+
+    def idle(self) -> bool:
+        return False
+
+    def last_batch(self, topic: str, partition: int) -> list:
+        return []
+
+    def heartbeat(self, topic: str, partition: int) -> list:
+        """Asked when a poll found nothing and the read goes on: messages of
+        the rule's own making to emit now (e.g. to wake what follows)."""
+        return []
+
+
+class PartitionRange(NamedTuple):
+    """A partition and the offsets ``[start, stop)`` to read from it
+    (``stop`` = :data:`UNBOUNDED_STOP`: no end), fixed before the pipeline
+    starts; see :class:`ReadFromKafkaRanges`."""
+    topic: str
+    partition: int
+    start: int
+    stop: int
+    stop_rule: Optional[StopRule] = None
 
 
 # --------------------------------------------------------------------------- config
@@ -157,6 +205,16 @@ def _consumer_config(bootstrap: str, group_id: Optional[str], consumer_config: O
         # the default 1000 ms drains the queue and stalls a reader that is
         # slower than the fetcher (measured: ~1.2 s per 200k messages).
         "fetch.queue.backoff.ms": 10,
+        # A fetch is answered within fetch.wait.max.ms (500 ms); librdkafka's
+        # 60 s default would leave a paused or hung broker unnoticed for a
+        # minute. After 10 s the request is failed, the connection re-made
+        # with back-off, and the error reported (pipelines.kafka_health).
+        "socket.timeout.ms": 10000,
+        # A consumer that has caught up sends fetches the broker may hold for
+        # this long before answering, even when new data arrives meanwhile
+        # (tansu does): librdkafka's 500 ms default is then the floor of the
+        # pipeline's latency. 20 ms costs ~50 small requests/s per idle partition.
+        "fetch.wait.max.ms": 20,
     }
     conf.update(consumer_config or {})
     # Not overridable: offsets are committed only from bundle finalizers, and
@@ -191,8 +249,105 @@ def _fatal_consume_error(err) -> bool:
 
 # --------------------------------------------------------------------------- resolve
 
+def resolve_ranges(bootstrap: str, topic: str, *, bounded: bool, group_id: Optional[str] = None,
+                   start_offsets: Optional[dict[int, int]] = None, consumer_config: Optional[dict] = None,
+                   stop_after: Optional[int] = None, timeout: float = 30.0,
+                   start_at_end: bool = False) -> list[PartitionRange]:
+    """Each partition of ``topic`` and the offsets to read (see the module
+    docstring for the rules); ``start_at_end``: start every partition without
+    a given start offset at its current end (read only what comes next)."""
+    # A fetch at the end of a partition is held by the broker for
+    # fetch.wait.max.ms (500 ms by default) before it answers with the
+    # high watermark: keep that short here, where it only delays the start.
+    conf, _ = with_error_reporting(_consumer_config(bootstrap, group_id, {"fetch.wait.max.ms": 50,
+                                                                          **(consumer_config or {})}),
+                                   f"consumer resolving {topic!r}")
+    consumer = Consumer(conf)
+    start_offsets = dict(start_offsets or {})
+    try:
+        md = consumer.list_topics(topic, timeout=timeout)
+        tmd = md.topics.get(topic)
+        if tmd is None or tmd.error is not None or not tmd.partitions:
+            raise RuntimeError(f"Kafka topic {topic!r} at {bootstrap} is not available: "
+                               f"{getattr(tmd, 'error', None) or 'no partitions'}")
+        partitions = sorted(tmd.partitions)
+        unknown = set(start_offsets) - set(partitions)
+        if unknown:
+            raise ValueError(f"start_offsets names partitions {sorted(unknown)} that topic "
+                             f"{topic!r} does not have (it has {partitions})")
+
+        starts: dict[int, int] = {}
+        for p, off in start_offsets.items():
+            if off < 0:
+                raise ValueError(f"start_offsets[{p}] = {off}: give a concrete offset (>= 0)")
+            starts[p] = int(off)
+        if group_id is not None:
+            need = [TopicPartition(topic, p) for p in partitions if p not in starts]
+            if need:
+                for tp in consumer.committed(need, timeout=timeout):
+                    if tp.error is not None:
+                        raise RuntimeError(f"cannot fetch committed offset of {topic}[{tp.partition}] "
+                                           f"for group {group_id!r}: {tp.error}")
+                    if tp.offset >= 0:
+                        starts[tp.partition] = tp.offset
+        for p in partitions:
+            if p not in starts:
+                low, _high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout, cached=False)
+                starts[p] = max(0, low)
+        if start_at_end:
+            ends = _high_watermarks_by_fetch(consumer, topic, partitions, starts, timeout, bootstrap)
+            starts = {p: starts[p] if p in start_offsets else ends[p] for p in partitions}
+        if bounded:
+            stops = _high_watermarks_by_fetch(consumer, topic, partitions, starts, timeout, bootstrap)
+        else:
+            stops = {p: UNBOUNDED_STOP for p in partitions}
+    finally:
+        consumer.close()
+
+    ranges = []
+    for p in partitions:
+        start = starts[p]
+        if start > stops[p]:
+            _LOG.warning("kafka %s[%d]: start offset %d is past the end offset %d; reading nothing there",
+                         topic, p, start, stops[p])
+        stop = max(start, stops[p])
+        if stop_after is not None:
+            stop = min(stop, start + stop_after)
+        _LOG.debug("kafka %s[%d]: OffsetRange(%d, %d)", topic, p, start, stop)
+        ranges.append(PartitionRange(topic, p, start, stop))
+    return ranges
+
+
+def _high_watermarks_by_fetch(consumer, topic, partitions, starts, timeout, bootstrap) -> dict[int, int]:
+    """The end offset of each partition as a fetch reports it (not ListOffsets)."""
+    consumer.assign([TopicPartition(topic, p, starts[p]) for p in partitions])
+    pending = set(partitions)
+    deadline = time.monotonic() + timeout
+    while pending:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no fetch answer from {topic} partitions {sorted(pending)} within "
+                               f"{timeout:.0f} s (broker {bootstrap})")
+        for m in consumer.consume(1000, timeout=0.1):
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(m.partition())
+                elif _fatal_consume_error(err):
+                    raise RuntimeError(f"Kafka error on {topic}[{m.partition()}]: {err}")
+            else:
+                pending.discard(m.partition())
+    highs = {}
+    for p in partitions:
+        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)
+        if high < 0:  # not reported by the fetch: should not happen after a message or EOF
+            raise RuntimeError(f"no high watermark for {topic}[{p}] after fetching")
+        highs[p] = high
+    consumer.unassign()
+    return highs
+
+
 class _ResolvePartitions(beam.DoFn):
-    """Impulse -> one ``_PartitionSpec`` per partition of the topic."""
+    """Impulse -> one ``_PartitionSpec`` per partition of the topic (at run time, on a worker)."""
 
     def __init__(self, bootstrap, topic, bounded, group_id, start_offsets, consumer_config, stop_after,
                  resolve_timeout):
@@ -206,87 +361,10 @@ class _ResolvePartitions(beam.DoFn):
         self._timeout = resolve_timeout
 
     def process(self, _impulse):
-        # A fetch at the end of a partition is held by the broker for
-        # fetch.wait.max.ms (500 ms by default) before it answers with the
-        # high watermark: keep that short here, where it only delays the start.
-        consumer = Consumer(_consumer_config(self._bootstrap, self._group_id,
-                                             {"fetch.wait.max.ms": 50, **(self._consumer_config or {})}))
-        try:
-            md = consumer.list_topics(self._topic, timeout=self._timeout)
-            tmd = md.topics.get(self._topic)
-            if tmd is None or tmd.error is not None or not tmd.partitions:
-                raise RuntimeError(f"Kafka topic {self._topic!r} at {self._bootstrap} is not available: "
-                                   f"{getattr(tmd, 'error', None) or 'no partitions'}")
-            partitions = sorted(tmd.partitions)
-            unknown = set(self._start_offsets) - set(partitions)
-            if unknown:
-                raise ValueError(f"start_offsets names partitions {sorted(unknown)} that topic "
-                                 f"{self._topic!r} does not have (it has {partitions})")
-
-            starts: dict[int, int] = {}
-            for p, off in self._start_offsets.items():
-                if off < 0:
-                    raise ValueError(f"start_offsets[{p}] = {off}: give a concrete offset (>= 0)")
-                starts[p] = int(off)
-            if self._group_id is not None:
-                need = [TopicPartition(self._topic, p) for p in partitions if p not in starts]
-                if need:
-                    for tp in consumer.committed(need, timeout=self._timeout):
-                        if tp.error is not None:
-                            raise RuntimeError(f"cannot fetch committed offset of {self._topic}[{tp.partition}] "
-                                               f"for group {self._group_id!r}: {tp.error}")
-                        if tp.offset >= 0:
-                            starts[tp.partition] = tp.offset
-            for p in partitions:
-                if p not in starts:
-                    low, _high = consumer.get_watermark_offsets(TopicPartition(self._topic, p),
-                                                                timeout=self._timeout, cached=False)
-                    starts[p] = max(0, low)
-
-            if self._bounded:
-                stops = self._high_watermarks_by_fetch(consumer, partitions, starts)
-            else:
-                stops = {p: UNBOUNDED_STOP for p in partitions}
-        finally:
-            consumer.close()
-
-        for p in partitions:
-            start = starts[p]
-            if start > stops[p]:
-                _LOG.warning("kafka %s[%d]: start offset %d is past the end offset %d; reading nothing there",
-                             self._topic, p, start, stops[p])
-            stop = max(start, stops[p])
-            if self._stop_after is not None:
-                stop = min(stop, start + self._stop_after)
-            _LOG.debug("kafka %s[%d]: OffsetRange(%d, %d)", self._topic, p, start, stop)
-            yield _PartitionSpec(self._topic, p, start, stop)
-
-    def _high_watermarks_by_fetch(self, consumer, partitions, starts) -> dict[int, int]:
-        """The end offset of each partition as a fetch reports it (not ListOffsets)."""
-        consumer.assign([TopicPartition(self._topic, p, starts[p]) for p in partitions])
-        pending = set(partitions)
-        deadline = time.monotonic() + self._timeout
-        while pending:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no fetch answer from {self._topic} partitions {sorted(pending)} within "
-                                   f"{self._timeout:.0f} s (broker {self._bootstrap})")
-            for m in consumer.consume(1000, timeout=0.1):
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(m.partition())
-                    elif _fatal_consume_error(err):
-                        raise RuntimeError(f"Kafka error on {self._topic}[{m.partition()}]: {err}")
-                else:
-                    pending.discard(m.partition())
-        highs = {}
-        for p in partitions:
-            _low, high = consumer.get_watermark_offsets(TopicPartition(self._topic, p), cached=True)
-            if high < 0:  # not reported by the fetch: should not happen after a message or EOF
-                raise RuntimeError(f"no high watermark for {self._topic}[{p}] after fetching")
-            highs[p] = high
-        consumer.unassign()
-        return highs
+        for r in resolve_ranges(self._bootstrap, self._topic, bounded=self._bounded, group_id=self._group_id,
+                                start_offsets=self._start_offsets, consumer_config=self._consumer_config,
+                                stop_after=self._stop_after, timeout=self._timeout):
+            yield _PartitionSpec(*r)
 
 
 # --------------------------------------------------------------------------- read SDF
@@ -317,11 +395,12 @@ class _PartitionRestrictionProvider(RestrictionProvider):
 
 class _ConsumerSlot:
     """A cached consumer assigned to one partition, and where it will read next."""
-    __slots__ = ("consumer", "position")
+    __slots__ = ("consumer", "position", "reporter")
 
-    def __init__(self, consumer):
+    def __init__(self, consumer, reporter=None):
         self.consumer = consumer
         self.position: Optional[int] = None  # offset the next consume() returns from; None = unknown
+        self.reporter = reporter  # its error_cb (logs broker trouble), told when reading works again
 
 
 class _ReadPartitionFn(beam.DoFn):
@@ -340,16 +419,19 @@ class _ReadPartitionFn(beam.DoFn):
         self._checkpoint_seconds = float(checkpoint_seconds)
         self._unbounded = unbounded
         self._slots: dict[tuple[str, int], _ConsumerSlot] = {}
+        self._rules: dict[tuple[str, int], StopRule] = {}
         self._committed: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self._messages = Metrics.counter(METRICS_NAMESPACE, "messages_read")
         self._batches = Metrics.counter(METRICS_NAMESPACE, "batches_read")
         self._idle_checkpoints = Metrics.counter(METRICS_NAMESPACE, "idle_checkpoints")
         self._timed_checkpoints = Metrics.counter(METRICS_NAMESPACE, "timed_checkpoints")
+        self._broker_errors = Metrics.counter(METRICS_NAMESPACE, "broker_errors")
 
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_slots"] = {}
+        state["_rules"] = {}
         state["_committed"] = {}
         state["_lock"] = None
         return state
@@ -360,7 +442,17 @@ class _ReadPartitionFn(beam.DoFn):
 
     def setup(self):
         self._slots = {}
+        self._rules = {}
         self._committed = {}
+
+    def _rule(self, spec) -> Optional[StopRule]:
+        """This partition's stop rule: it keeps its state across SDF checkpoints."""
+        if spec.stop_rule is None:
+            return None
+        key = (spec.topic, spec.partition)
+        if key not in self._rules:
+            self._rules[key] = copy.deepcopy(spec.stop_rule)
+        return self._rules[key]
 
     def teardown(self):
         slots, self._slots = self._slots, {}
@@ -376,7 +468,10 @@ class _ReadPartitionFn(beam.DoFn):
         key = (topic, partition)
         slot = self._slots.get(key)
         if slot is None:
-            slot = _ConsumerSlot(Consumer(_consumer_config(self._bootstrap, self._group_id, self._consumer_config)))
+            conf, reporter = with_error_reporting(
+                _consumer_config(self._bootstrap, self._group_id, self._consumer_config),
+                f"consumer of {topic}[{partition}]", self._broker_errors)
+            slot = _ConsumerSlot(Consumer(conf), reporter)
             self._slots[key] = slot
         if slot.position != start:
             # (Re)assigning drops whatever was prefetched and fetches from `start`.
@@ -423,6 +518,7 @@ class _ReadPartitionFn(beam.DoFn):
             return
         slot = self._slot(topic, partition, start)
         consumer = slot.consumer
+        rule = self._rule(spec)
         next_offset = start  # one past the last offset claimed and emitted
         finalizer_registered = False
         progress = {"next": start}
@@ -433,7 +529,14 @@ class _ReadPartitionFn(beam.DoFn):
 
         while True:
             want = max_batch if stop >= UNBOUNDED_STOP else max(1, min(max_batch, stop - next_offset))
-            msgs = consumer.consume(want, timeout=self._poll_timeout)
+            # What is already fetched, at once; else wait for the first message
+            # only (consume(n, timeout) would wait for all n: poll_timeout of
+            # latency for every batch that is not full).
+            msgs = consumer.consume(want, timeout=0)
+            if not msgs:
+                msgs = consumer.consume(1, timeout=self._poll_timeout)
+                if msgs and want > 1:
+                    msgs += consumer.consume(want - 1, timeout=0)
             batch: list[KafkaMessage] = []
             newest_ts = -1
             reached = False  # consumer caught up with what the broker has (EOF)
@@ -454,6 +557,8 @@ class _ReadPartitionFn(beam.DoFn):
                     raise RuntimeError(f"Kafka consumer error on {topic}[{partition}]: {err}")
                 else:
                     _LOG.warning("Kafka consumer error on %s[%d] (retrying): %s", topic, partition, err)
+            if (batch or reached) and slot.reporter is not None and slot.reporter.in_trouble:
+                slot.reporter.recovered()
             if batch and batch[0].offset < next_offset:  # stale (cannot happen after assign; be safe)
                 batch = [km for km in batch if km.offset >= next_offset]
 
@@ -492,6 +597,18 @@ class _ReadPartitionFn(beam.DoFn):
                 else:
                     yield batch
 
+            if rule is not None:
+                if rule.observe(batch) if batch else rule.idle():
+                    closing = rule.last_batch(topic, partition)
+                    if closing:
+                        yield closing
+                    tracker.try_claim(tracker.current_restriction().stop)  # refused; marks the restriction done
+                    slot.position = next_offset
+                    return
+                if not batch:
+                    beat = rule.heartbeat(topic, partition)
+                    if beat:
+                        yield beat
             if refused:
                 # Done (claim at or past stop) or the runner split us: the
                 # consumer has moved past what we emitted; re-seek next time.
@@ -593,6 +710,43 @@ class ReadFromKafka(beam.PTransform):
         )
 
 
+class ReadFromKafkaRanges(beam.PTransform):
+    """Read given partition ranges, of one or several topics, as batches
+    (``list[KafkaMessage]``, one partition per batch) in one splittable DoFn.
+
+    The ranges are fixed before the pipeline starts (:func:`resolve_ranges`),
+    so several topics share one source stage: on the FnApiRunner everything
+    fused after it runs live, which two sources joined by a Flatten would not
+    (DESIGN §3). A range with ``stop = UNBOUNDED_STOP`` reads until its
+    ``stop_rule`` says so (or forever); the read is unbounded if any range is.
+    Settings as for :class:`ReadFromKafka`."""
+
+    def __init__(self, bootstrap: str, ranges: list[PartitionRange], *, group_id: Optional[str] = None,
+                 consumer_config: Optional[dict] = None, max_batch: int = 1000, poll_timeout: float = 0.2,
+                 checkpoint_seconds: float = 1.0):
+        super().__init__()
+        if max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        self.bootstrap = bootstrap
+        self.ranges = [_PartitionSpec(*r) for r in ranges]
+        self.group_id = group_id
+        self.consumer_config = dict(consumer_config or {})
+        self.max_batch = max_batch
+        self.poll_timeout = poll_timeout
+        self.checkpoint_seconds = checkpoint_seconds
+
+    def expand(self, pbegin):
+        unbounded = any(r.stop >= UNBOUNDED_STOP for r in self.ranges)
+        fn_cls = _UnboundedReadPartitionFn if unbounded else _BoundedReadPartitionFn
+        return (
+            pbegin
+            | "Ranges" >> beam.Create(self.ranges, reshuffle=False)
+            | "ReadPartitions" >> beam.ParDo(fn_cls(
+                self.bootstrap, self.group_id, self.consumer_config, self.max_batch, self.poll_timeout,
+                self.checkpoint_seconds, unbounded=unbounded))
+        )
+
+
 # --------------------------------------------------------------------------- write
 
 def _to_bytes(x, what: str) -> Optional[bytes]:
@@ -608,12 +762,14 @@ def _to_bytes(x, what: str) -> Optional[bytes]:
 class _KafkaWriteFn(beam.DoFn):
     _MAX_ERRORS_KEPT = 10
 
-    def __init__(self, bootstrap, topic, producer_config, key_fn):
+    def __init__(self, bootstrap, topic, producer_config, key_fn, flush_each=False):
         self._bootstrap = bootstrap
         self._topic = topic
+        self._flush_each = flush_each
         self._producer_config = dict(producer_config or {})
         self._key_fn = key_fn
         self._producer = None
+        self._reporter = None
         self._errors: list[tuple[str, int, str]] = []
         self._failed = 0
         self._ok = 0  # deliveries confirmed in this bundle
@@ -622,6 +778,7 @@ class _KafkaWriteFn(beam.DoFn):
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_producer"] = None
+        state["_reporter"] = None
         state["_errors"] = []
         state["_failed"] = 0
         return state
@@ -629,6 +786,7 @@ class _KafkaWriteFn(beam.DoFn):
     def setup(self):
         conf = {"bootstrap.servers": self._bootstrap, "linger.ms": 20}
         conf.update(self._producer_config)
+        conf, self._reporter = with_error_reporting(conf, f"producer for {self._topic!r}")
         self._producer = Producer(conf)
         self._errors = []
         self._failed = 0
@@ -637,6 +795,8 @@ class _KafkaWriteFn(beam.DoFn):
         # Called from poll()/flush() in this DoFn's thread, during the bundle.
         if err is None:
             self._ok += 1
+            if self._reporter is not None and self._reporter.in_trouble:
+                self._reporter.recovered()
         else:
             self._failed += 1
             if len(self._errors) < self._MAX_ERRORS_KEPT:
@@ -691,17 +851,29 @@ class _KafkaWriteFn(beam.DoFn):
                 self._write_one(item)
         else:
             self._write_one(element)
+        if self._flush_each:
+            self._wait_delivered()
         self._producer.poll(0)  # serve delivery reports
         self._raise_if_failed()
 
     def finish_bundle(self):
-        # flush() returns when every message is delivered or has failed
-        # (failures at the latest after message.timeout.ms).
-        while self._producer.flush(1.0) > 0:
-            self._raise_if_failed()
-        self._raise_if_failed()
+        self._wait_delivered()
         self._delivered.inc(self._ok)
         self._ok = 0
+
+    def _wait_delivered(self):
+        # flush() returns when every message is delivered or has failed
+        # (failures at the latest after message.timeout.ms): a broker that is
+        # down for less than that is waited for, with a warning now and then.
+        waited, left = 0, self._producer.flush(1.0)
+        while left > 0:
+            self._raise_if_failed()
+            waited += 1
+            if waited % 10 == 0:
+                _LOG.warning("Kafka has not acknowledged %d messages to %r for %d s; waiting (librdkafka retries "
+                             "with back-off until message.timeout.ms)", left, self._topic, waited)
+            left = self._producer.flush(1.0)
+        self._raise_if_failed()
 
     def teardown(self):
         if self._producer is not None:
@@ -714,20 +886,26 @@ class WriteToKafka(beam.PTransform):
 
     Elements: ``bytes``/``str`` values, ``(key, value)`` pairs, or lists of those.
     ``key_fn(value) -> key`` keys bare values (pairs keep their own key).
+    ``flush_each``: every element is acknowledged by Kafka before the next
+    one is taken (not only at the end of the bundle). For low-volume topics
+    whose records must be durable before what follows them in the same
+    bundle, e.g. dead letters, whose offsets a model checkpoint written later
+    in the bundle covers (a restart does not read them again).
     Returns the (empty) output of the writing ParDo.
     """
 
     def __init__(self, bootstrap: str, topic: str, *, producer_config: Optional[dict] = None,
-                 key_fn: Optional[Callable[[Any], Any]] = None):
+                 key_fn: Optional[Callable[[Any], Any]] = None, flush_each: bool = False):
         super().__init__()
         self.bootstrap = bootstrap
         self.topic = topic
         self.producer_config = dict(producer_config or {})
         self.key_fn = key_fn
+        self.flush_each = flush_each
 
     def expand(self, pcoll):
         return pcoll | "Produce" >> beam.ParDo(_KafkaWriteFn(self.bootstrap, self.topic, self.producer_config,
-                                                             self.key_fn))
+                                                             self.key_fn, self.flush_each))
 
 
 __all__ = ["KafkaMessage", "ReadFromKafka", "WriteToKafka", "UNBOUNDED_STOP"]

@@ -59,6 +59,23 @@ def run_tail(args) -> int:
     return 0
 
 
+def input_limits(args) -> dict:
+    """--max-index / --max-message-bytes as RunConfig fields (absent: its defaults);
+    also refuses a checkpoint directory the checkpoint store cannot use."""
+    if args.checkpoint_dir and "://" in args.checkpoint_dir:
+        # The store writes with os/open: "gs://b/x" would silently become a local directory "gs:".
+        raise UsageError(f"run: --checkpoint-dir must be a local or mounted directory, not a URL "
+                         f"({args.checkpoint_dir.split('://')[0]}://...)")
+    limits = {}
+    for option, name in (("--max-index", "max_index"), ("--max-message-bytes", "max_message_bytes")):
+        value = getattr(args, name, None)
+        if value is not None:
+            if value < 1:
+                raise UsageError(f"run: {option} must be at least 1, got {value}")
+            limits[name] = value
+    return limits
+
+
 def run_run(args) -> int:
     from .run_pipeline import RunConfig, run
     from .transforms import LearnerConfig
@@ -75,8 +92,19 @@ def run_run(args) -> int:
         checkpoint_seconds=args.checkpoint_seconds, checkpoint_topic=args.checkpoint_topic,
         dead_letter_topic=args.dead_letter_topic, group_id=args.group_id,
         kafka_config=kafka_settings(args.kafka_config, args.kafka_config_file), registry_url=args.schema_registry,
-        max_batch=args.max_batch, stop_after=args.stop_after, beam_args=list(args.beam_args))
-    print(f"scinol run: {cfg.topic} -> {cfg.predictions_topic} ({learner.learner}, {learner.loss}, "
+        max_batch=args.max_batch, stop_after=args.stop_after, beam_args=list(args.beam_args),
+        shards=args.shards, max_staleness=args.max_staleness, feedback_topic=args.feedback_topic,
+        feedback_timeout=args.feedback_timeout,
+        **input_limits(args))
+    if cfg.shards is not None:
+        from .sharded_pipeline import check_shardable
+
+        try:
+            check_shardable(cfg)
+        except ValueError as exc:
+            raise UsageError(f"run: {exc}") from None
+    mode = f"{cfg.shards} shards, max staleness {cfg.max_staleness}" if cfg.shards else "exact"
+    print(f"scinol run: {cfg.topic} -> {cfg.predictions_topic} ({learner.learner}, {learner.loss}, {mode}, "
           f"{'bounded' if cfg.bounded else 'unbounded'}) on {cfg.bootstrap}", file=sys.stderr)
     run(cfg)
     return 0

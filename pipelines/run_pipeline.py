@@ -85,7 +85,7 @@ def ensure_topics(cfg: RunConfig) -> None:
     existing = set(admin.list_topics(timeout=10).topics)
     wanted = [NewTopic(cfg.predictions_topic, 1, 1), NewTopic(cfg.dlq_topic, 1, 1),
               NewTopic(cfg.ckpt_topic, 1, 1, config={"cleanup.policy": "compact"})]
-    if cfg.shards:  # one partition: the shards must see each model's feedback in order
+    if cfg.shards is not None:  # one partition: the shards must see each model's feedback in order
         wanted.append(NewTopic(cfg.feedback, 1, 1))
     missing = [t for t in wanted if t.topic not in existing]
     for topic, future in admin.create_topics(missing).items() if missing else ():
@@ -97,7 +97,7 @@ def ensure_topics(cfg: RunConfig) -> None:
 
 
 def build(p: beam.Pipeline, cfg: RunConfig) -> None:
-    if cfg.shards:
+    if cfg.shards is not None:
         from .sharded_pipeline import build_sharded
 
         build_sharded(p, cfg, *([cfg.feedback_faults] if cfg.feedback_faults else []))
@@ -111,7 +111,8 @@ def build(p: beam.Pipeline, cfg: RunConfig) -> None:
         consumer_config=cfg.kafka_config, max_batch=cfg.max_batch, stop_after=cfg.stop_after)
     decoded = batches | "Decode" >> beam.ParDo(DecodeEvents(
         lc.loss, lc.n_classes, cfg.registry_url, max_index=cfg.max_index,
-        max_message_bytes=cfg.max_message_bytes)).with_outputs(DecodeEvents.DEAD, main="events")
+        max_message_bytes=cfg.max_message_bytes)).with_output_types(typing.Tuple[str, typing.Any]).with_outputs(
+        DecodeEvents.DEAD, main="events")
     learned = decoded.events | "LearnAndPredict" >> beam.ParDo(LearnModels(
         lc, cfg.checkpoint_dir, cfg.checkpoint_every, cfg.checkpoint_seconds, cfg.progress_seconds,
         bootstrap=cfg.bootstrap, predictions_topic=cfg.predictions_topic, kafka_config=cfg.kafka_config,
@@ -120,7 +121,8 @@ def build(p: beam.Pipeline, cfg: RunConfig) -> None:
     producer = dict(cfg.kafka_config)
     (decoded[DecodeEvents.DEAD]
      | "EncodeDeadLetters" >> beam.ParDo(EncodeRecords("scinol.DeadLetter", registry_url=cfg.registry_url))
-     | "WriteDeadLetters" >> WriteToKafka(cfg.bootstrap, cfg.dlq_topic, producer_config=producer))
+     # acknowledged one by one: a checkpoint later in the same bundle covers their offsets
+     | "WriteDeadLetters" >> WriteToKafka(cfg.bootstrap, cfg.dlq_topic, producer_config=producer, flush_each=True))
     (learned[LearnModels.CHECKPOINTS]
      | "EncodeCheckpoints" >> beam.ParDo(EncodeRecords("scinol.ModelCheckpoint", key="model",
                                                        registry_url=cfg.registry_url))

@@ -112,7 +112,8 @@ def build_sharded(p: beam.Pipeline, cfg, faults: FeedbackFaults = FeedbackFaults
     dead = decoded[DecodeShardedInput.DEAD]
     (dead
      | "EncodeDeadLetters" >> beam.ParDo(EncodeRecords("scinol.DeadLetter", registry_url=cfg.registry_url))
-     | "WriteDeadLetters" >> WriteToKafka(cfg.bootstrap, cfg.dlq_topic, producer_config=producer))
+     # acknowledged one by one: a checkpoint cut made later in the bundle covers their offsets
+     | "WriteDeadLetters" >> WriteToKafka(cfg.bootstrap, cfg.dlq_topic, producer_config=producer, flush_each=True))
     (dead
      | "AccountForDeadLetters" >> beam.Map(lambda d, run_id: skip_record(run_id, d["partition"], d["offset"]),
                                            sc.run_id)

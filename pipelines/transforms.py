@@ -31,6 +31,7 @@ from apache_beam.transforms.window import GlobalWindow
 from learners import make_learner
 
 from .checkpoints import CheckpointStore, checkpoint_record
+from .dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES, dead_letter, screen
 from .model_runner import ModelRunner
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,10 @@ class DecodeEvents(beam.DoFn):
 
     DEAD = "dead"
 
-    def __init__(self, loss: str, n_classes: int | None, registry_url: str | None = None):
+    def __init__(self, loss: str, n_classes: int | None, registry_url: str | None = None, *,
+                 max_index: int = DEFAULT_MAX_INDEX, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
         self.loss, self.n_classes, self.registry_url = loss, n_classes, registry_url
+        self.max_index, self.max_message_bytes = max_index, max_message_bytes  # see pipelines.dead_letters
 
     def setup(self):
         from schemas.codec import Codec, DecodeError, validate_event
@@ -80,18 +83,12 @@ class DecodeEvents(beam.DoFn):
     def process(self, batch):
         by_model: dict[str, list] = {}
         for msg in batch:
-            try:
-                event = self.codec.decode(msg.value, expected="scinol.Event")
-                problem = self.validate(event, self.loss, self.n_classes)
-            except self.decode_error as exc:
-                problem = (exc.reason, str(exc))
+            event, problem = screen(self.codec, msg.value, self.loss, self.n_classes, max_index=self.max_index,
+                                    max_message_bytes=self.max_message_bytes)
             if problem is not None:
                 self.dead.inc()
                 Metrics.counter(NAMESPACE, f"dead_letters_{problem[0]}").inc()
-                yield beam.pvalue.TaggedOutput(self.DEAD, {
-                    "topic": msg.topic, "partition": msg.partition, "offset": msg.offset,
-                    "timestamp": msg.timestamp_ms, "reason": problem[0], "detail": problem[1],
-                    "original": msg.value})
+                yield beam.pvalue.TaggedOutput(self.DEAD, dead_letter(msg, *problem))
                 continue
             by_model.setdefault(event["model"], []).append((Position(msg.topic, msg.partition, msg.offset), event))
         self.events.inc(len(batch))

@@ -47,8 +47,12 @@ Returned by :func:`validate_event` as ``(reason, detail)``:
 - ``length_mismatch``    sparse indices and values of different lengths
 - ``negative_index``     a negative sparse index
 - ``duplicate_index``    a sparse index given twice
-- ``oversized``          more than ``max_features`` entries, or a sparse index
-                         >= ``max_index`` (default 2**40)
+- ``oversized``          more than ``max_features`` entries (default 10**6)
+- ``index_out_of_range`` a sparse index >= ``max_index``, or more than
+                         ``max_index`` dense values (default 2**40; the
+                         pipeline's is 2**22, ``scinol run --max-index``):
+                         the learner would allocate state for every
+                         coordinate below it
 - ``bad_label``          a label outside the loss's domain
                          (``learners.losses.prepare_labels``); a null or NaN
                          label means unlabelled and is fine
@@ -105,6 +109,7 @@ BAD_LABEL = "bad_label"
 NON_FINITE_WEIGHT = "non_finite_weight"
 BAD_WEIGHT = "bad_weight"
 OVERSIZED = "oversized"
+INDEX_OUT_OF_RANGE = "index_out_of_range"
 EVENT_REASONS = (
     NON_FINITE_FEATURE,
     LENGTH_MISMATCH,
@@ -114,13 +119,17 @@ EVENT_REASONS = (
     NON_FINITE_WEIGHT,
     BAD_WEIGHT,
     OVERSIZED,
+    INDEX_OUT_OF_RANGE,
 )
 REASONS = DECODE_REASONS + EVENT_REASONS
 
 MAX_FEATURES = 1_000_000
 """Default bound on the number of feature entries in one event."""
 MAX_INDEX = 1 << 40
-"""Default bound (exclusive) on a sparse feature index."""
+"""Default bound (exclusive) on a sparse feature index and on the number of
+dense values. A learner holds state for every coordinate up to the largest
+index it has seen (32 bytes each for ScInOL2): the pipeline passes a much
+tighter bound (``pipelines.dead_letters.DEFAULT_MAX_INDEX``)."""
 
 _STREAM_REPR = re.compile(r" from <_io\.BytesIO object at 0x[0-9a-f]+>")
 
@@ -505,8 +514,8 @@ def validate_event(
 ) -> tuple[str, str] | None:
     """``(reason, detail)`` for a decoded ``Event`` the learner must not see,
     or None when it is fine. Checks, in this order: size (``oversized``),
-    sparse structure (``length_mismatch``, ``negative_index``, ``oversized``
-    index), values (``non_finite_feature``), ``duplicate_index``, the weight,
+    sparse structure (``length_mismatch``, ``negative_index``,
+    ``index_out_of_range``), values (``non_finite_feature``), ``duplicate_index``, the weight,
     then the label against ``loss`` (``n_classes`` is required for softmax)."""
     loss_code(loss)  # ValueError for an unknown loss
     if loss == "softmax" and (n_classes is None or n_classes < 2):
@@ -530,7 +539,8 @@ def validate_event(
                 return NEGATIVE_INDEX, f"negative feature index {lo} at position {indices.index(lo)}"
             hi = max(indices)
             if hi >= max_index:
-                return OVERSIZED, f"feature index {hi} at position {indices.index(hi)} is not below the limit of {max_index}"
+                return (INDEX_OUT_OF_RANGE,
+                        f"feature index {hi} at position {indices.index(hi)} is not below the limit of {max_index}")
             if not math.isfinite(sum(values)):  # a NaN or inf makes the sum non-finite
                 p = _first_non_finite(values)
                 if p >= 0:
@@ -551,6 +561,8 @@ def validate_event(
     else:
         if n > max_features:
             return OVERSIZED, f"{n} dense feature values, more than the limit of {max_features}"
+        if n > max_index:
+            return INDEX_OUT_OF_RANGE, f"{n} dense feature values, more than the index limit of {max_index}"
         if n and not math.isfinite(sum(values)):
             p = _first_non_finite(values)
             if p >= 0:

@@ -82,7 +82,9 @@ def test_lost_and_repeated_feedback_neither_corrupt_nor_stall(kafka_bootstrap, t
     for i, event in enumerate(events):  # with one bad event: dead letters are accounted for too
         producer.produce(topic_name, value=b"\x00junk" if i == 77 else codec.encode("scinol.Event", event))
     producer.flush(10)
-    cfg = config(kafka_bootstrap, topic_name, tmp_path, shards=2, max_staleness=8,
+    # A lost record leaves its event without feedback: the bounded run ends
+    # 2 x timeout + 10 s after the last progress (FeedbackWatch), so keep it short.
+    cfg = config(kafka_bootstrap, topic_name, tmp_path, shards=2, max_staleness=8, feedback_timeout=1.0,
                  feedback_faults=FeedbackFaults(drop=frozenset({100, 300}), duplicate=frozenset({50, 51, 250})))
     result = run(cfg)
     preds = read_records(kafka_bootstrap, cfg.predictions_topic, 499)
