@@ -22,7 +22,7 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100"],
-        "bench": ["vowpalwabbit"],
+        "bench": ["vowpalwabbit>=9.8", "river>=0.21", "matplotlib>=3.7"],  # `scinol bench` competitors and plots
     },
     entry_points={"console_scripts": ["scinol=pipelines.cli:main"]},
 )

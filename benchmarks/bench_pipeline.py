@@ -8,6 +8,9 @@
 2. Latency, unbounded: a producer paced at --rate events/s while the pipeline
    runs; p50/p99 of (prediction time - event timestamp) from the Prediction
    records' ``latency_ms``.
+
+The throughput part is :mod:`pipelines.bench.pipeline_speed` (also behind
+``scinol bench throughput``).
 """
 
 from __future__ import annotations
@@ -18,70 +21,12 @@ import time
 
 import numpy as np
 
-from learners import make_learner
 from learners.datasets import toy_examples
+from pipelines.bench.pipeline_speed import sparse_events, throughput
 from pipelines.broker import EmbeddedBroker
-from pipelines.events import event_rows
-from pipelines.kafka_writer import KafkaWriter
 from pipelines.produce import dense_events, produce_events
 from pipelines.run_pipeline import RunConfig, run
 from pipelines.tail import read_records
-from pipelines.transforms import LearnerConfig
-from schemas.codec import Codec
-
-
-def sparse_events(n: int, seed: int = 0, nnz: int = 50, bits: int = 20):
-    rng = np.random.default_rng(seed)
-    u = rng.normal(size=1 << bits) * (rng.random(1 << bits) < 0.1)
-    start = int(time.time() * 1000)
-    for i in range(n):
-        idx = np.sort(rng.choice(1 << bits, nnz, replace=False))
-        val = rng.lognormal(size=nnz) * rng.choice([-1.0, 1.0], nnz)
-        label = 1.0 if rng.random() < 1 / (1 + np.exp(-(u[idx] @ val) / 3)) else -1.0
-        yield {"id": f"s{i}", "timestamp": start + i, "model": "default",
-               "features": {"indices": idx.tolist(), "values": val.tolist()}, "label": label, "weight": None}
-
-
-
-
-def plain_loop(bootstrap, topic, n):
-    """The ceiling: consume, decode, learn, encode, produce; no Beam."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    codec, model = Codec(), make_learner("scinol2", "logistic")
-    writer = KafkaWriter(bootstrap, topic + ".plain")
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"p{time.time_ns()}", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, 0, 0)])
-    seen, t0 = 0, time.perf_counter()
-    while seen < n:
-        msgs = [m for m in c.consume(2000, timeout=0.5) if not m.error()]
-        events = [codec.decode(m.value()) for m in msgs]
-        if not events:
-            continue
-        indptr, indices, data, y = event_rows(events, model.hasher)
-        scores = model.learn((indptr, indices, data), y)
-        for e, s in zip(events, scores.tolist()):
-            writer.produce(codec.encode("scinol.Prediction", {
-                "event_id": e["id"], "model": "default", "model_version": 0, "score": s, "scores": [s],
-                "probability": None, "predicted_class": None, "label": e["label"], "loss": None,
-                "event_timestamp": e["timestamp"], "latency_ms": 0.0}))
-        seen += len(events)
-    writer.flush()
-    c.close()
-    return n / (time.perf_counter() - t0)
-
-
-def throughput(broker, name, events, n):
-    topic = f"bench.{name}"
-    produce_events(broker.bootstrap, topic, events, partitions=1, total=n, progress=False)
-    cfg = RunConfig(bootstrap=broker.bootstrap, topic=topic, predictions_topic=topic + ".pred", bounded=True,
-                    learner=LearnerConfig("scinol2", "logistic", hash_bits=20), progress_seconds=None,
-                    max_batch=5000)
-    t0 = time.perf_counter()
-    run(cfg)
-    elapsed = time.perf_counter() - t0
-    assert len(read_records(broker.bootstrap, cfg.predictions_topic, n)) == n
-    return n / elapsed, plain_loop(broker.bootstrap, topic, n)
 
 
 def latency(broker, rate, seconds):

@@ -79,7 +79,8 @@ def _add_kafka_options(p, topic_help: str) -> None:
 
 def _run_parser(sub) -> None:
     p = sub.add_parser("run", help="run the streaming pipeline: events topic in, predictions and checkpoints out",
-                       description="Exact mode: one stateful learner per model name. Beam flags go after `--`, "
+                       description="Exact mode (default): one stateful learner per model name; sharded mode "
+                                   "with --shards K. Beam flags go after `--`, "
                                    "e.g. `-- --runner=PortableRunner --job_endpoint=localhost:8099`.")
     _add_kafka_options(p, "the events topic (Avro Event records)")
     p.add_argument("--predictions-topic", required=True, help="where Prediction records go")
@@ -98,6 +99,20 @@ def _run_parser(sub) -> None:
     p.add_argument("--stop-after", type=int, default=None, metavar="N",
                    help="unbounded: stop after the first N offsets of each partition")
     p.add_argument("--max-batch", type=int, default=2000, help="messages per batch from the source")
+    p.add_argument("--max-index", type=int, default=None, metavar="N",
+                   help="dead-letter events with a sparse index >= N or more than N dense values "
+                        "(index_out_of_range; default 4194304): bounds a model's memory")
+    p.add_argument("--max-message-bytes", type=int, default=None, metavar="N",
+                   help="dead-letter messages over N bytes undecoded (oversized; default 16 MiB)")
+    g = p.add_argument_group("sharded mode (features split over K stateful shards, g_t fed back through Kafka)")
+    g.add_argument("--shards", type=int, default=None, metavar="K",
+                   help="split each model's coordinates over K shards (default: exact mode, one learner per model)")
+    g.add_argument("--max-staleness", type=int, default=0, metavar="S",
+                   help="a shard predicts at most S events ahead of the feedback it has applied; 0 (default) "
+                        "equals exact mode, larger S trades exactness for throughput")
+    g.add_argument("--feedback-topic", default=None, help="default: PREDICTIONS_TOPIC.feedback (1 partition)")
+    g.add_argument("--feedback-timeout", type=float, default=30.0, metavar="T",
+                   help="give up (and report) feedback awaited longer than T seconds (default 30)")
     p.add_argument("beam_args", nargs="*", metavar="-- BEAM_ARGS", help="passed to Beam's PipelineOptions")
 
 
@@ -170,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     _tail_parser(sub)
     _demo_parser(sub)
     _model_parser(sub)
+    from .bench_command import add_bench_parser
+
+    add_bench_parser(sub)
     return parser
 
 
@@ -236,6 +254,10 @@ def main(argv=None) -> int:
             return run_demo(args.out, args.passes, args.keep_broker)
         if args.command == "broker":
             return run_broker(args)
+        if args.command == "bench":
+            from .bench_command import run_bench
+
+            return run_bench(args, sys.argv[1:] if argv is None else list(argv))
         if args.command == "learners":
             from .learn_command import run_learners
 

@@ -95,9 +95,10 @@ def test_lost_and_repeated_feedback_neither_corrupt_nor_stall(kafka_bootstrap, t
     assert cut.seq == 499 and cut.head["missing_feedback"] == 2 and cut.head["duplicate_feedback"] == 3
     state = cut.merged_learner(cfg.learner.make).state
     assert all(np.isfinite(a).all() for a in state.arrays.values())
-    # Learning went on: the last 200 predictions beat the zero model clearly.
+    # Learning went on: the last 200 predictions beat the zero model (ln 2 = 0.693) clearly.
+    # (At S > 0 what a shard has applied when it predicts depends on timing: no exact figure.)
     late = [p["loss"] for p in preds[-200:]]
-    assert np.mean(late) < 0.5
+    assert np.mean(late) < 0.6
 
 
 def test_lost_feedback_at_zero_staleness_is_given_up_after_the_timeout(kafka_bootstrap, topic_name, tmp_path):

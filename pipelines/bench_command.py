@@ -1,0 +1,114 @@
+"""``scinol bench accuracy`` and ``scinol bench throughput``: the command-line
+side; the benchmarks themselves are in :mod:`pipelines.bench`."""
+
+from __future__ import annotations
+
+import shlex
+
+
+def _names(text: str | None):
+    """"a,b" → ("a", "b"); "none" → (); None → None (the default set)."""
+    if text is None:
+        return None
+    return () if text.strip().lower() == "none" else tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+def add_bench_parser(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks: the seed's experiments, accuracy and speed vs VW and River",
+                       description="Writes OUT/benchmarks.md (its own sections only) and PNGs beside it.")
+    bsub = p.add_subparsers(dest="bench_command", required=True, parser_class=type(p))
+
+    a = bsub.add_parser("accuracy", help="toy experiment (seed 000 Fig. 1) and test curves on real data (Fig. 2)",
+                        description="The seed's §4.1 toy and §4.2 multi-pass test curves on every bundled data "
+                                    "set, ScInOL beside tuned baselines, Vowpal Wabbit and River (when installed).")
+    a.add_argument("--out", default="docs", help="directory for benchmarks.md and the PNGs (default: docs)")
+    a.add_argument("--quick", action="store_true", help="a smoke test: 2 runs, 2 passes, 2 learning rates, "
+                                                        "breast cancer and wine only, a small toy")
+    a.add_argument("--runs", type=int, help="runs per data set (default 10)")
+    a.add_argument("--toy-runs", type=int, help="toy training sets (default 10)")
+    a.add_argument("--tune-runs", type=int, help="runs each grid value gets before the best is chosen (default 3)")
+    a.add_argument("--epochs", type=int, help="passes over each training set (default: per data set)")
+    a.add_argument("--lr-grid", metavar="LR,LR,...", help="learning rates the tuned methods try on real data "
+                                                          "(default: the union of the seed's two grids, 1e-5..10)")
+    a.add_argument("--datasets", metavar="A,B,...", help="bundled data sets to run, or 'none' (default: all)")
+    a.add_argument("--no-toy", action="store_true", help="skip the toy experiment")
+    a.add_argument("--paper-data", metavar="DIR", help="also run the seed's data sets read from DIR "
+                                                       "(laid out as ../shared/data; never copied)")
+    a.add_argument("--paper-sets", metavar="A,B,...", help="with --paper-data: which (default: all found)")
+    a.add_argument("--no-vw", action="store_true", help="leave Vowpal Wabbit out")
+    a.add_argument("--no-river", action="store_true", help="leave River out")
+    a.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+
+    t = bsub.add_parser("throughput", help="examples/s: kernels vs VW, `scinol learn` vs VW's driver, "
+                                           "pipeline vs a plain Kafka loop",
+                        description="Speed side by side, with ratios.")
+    t.add_argument("--out", default="docs", help="directory of benchmarks.md (default: docs)")
+    t.add_argument("--rows", type=int, default=1_000_000, help="dense rows for the kernel figures")
+    t.add_argument("--sparse-rows", type=int, default=1_000_000, help="sparse rows for the kernel figures")
+    t.add_argument("--repeats", type=int, default=3, help="best of N (default 3)")
+    t.add_argument("--learn-rows", type=int, default=500_000, help="CSV rows for `scinol learn` vs VW's driver")
+    t.add_argument("--pipeline-events", type=int, default=100_000, help="dense events through the pipeline")
+    t.add_argument("--pipeline-sparse-events", type=int, default=50_000, help="sparse events through the pipeline")
+    t.add_argument("--no-vw", action="store_true", help="leave Vowpal Wabbit out")
+    t.add_argument("--no-pipeline", action="store_true", help="skip the Kafka pipeline figures")
+
+
+def _positive(args, names) -> None:
+    from .cli import UsageError
+
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise UsageError(f"bench {args.bench_command}: --{name.replace('_', '-')} must be at least 1, not {value}")
+
+
+def _known_names(datasets, paper_sets, paper_dir) -> None:
+    from .bench.datasets import BUNDLED
+    from .bench.paper_data import LOADERS
+    from .cli import UsageError
+
+    for given, known, what in ((datasets, BUNDLED, "data set"), (paper_sets, LOADERS, "paper data set")):
+        for name in given or ():
+            if name not in known:
+                raise UsageError(f"bench accuracy: unknown {what} {name!r}; choose from {', '.join(known)}")
+    if paper_sets is not None and not paper_dir:
+        raise UsageError("bench accuracy: --paper-sets needs --paper-data DIR")
+
+
+def _command_line(argv_tail) -> str:
+    return "scinol bench " + " ".join(shlex.quote(a) for a in argv_tail)
+
+
+def run_bench(args, argv: list[str]) -> int:
+    """``argv``: the command line as parsed, recorded in the report."""
+    from .cli import UsageError
+
+    tail = argv[argv.index("bench") + 1:] if "bench" in argv else [args.bench_command]
+    if args.bench_command == "accuracy":
+        from dataclasses import replace
+
+        from .bench.accuracy import QUICK, Settings, run_accuracy
+
+        _positive(args, ["runs", "toy_runs", "tune_runs", "epochs", "jobs"])
+        s = QUICK if args.quick else Settings()
+        overrides = {k: getattr(args, k) for k in ("runs", "toy_runs", "tune_runs", "epochs")
+                     if getattr(args, k) is not None}
+        if args.datasets is not None:
+            overrides["datasets"] = _names(args.datasets)
+        if args.lr_grid is not None:
+            try:
+                grid = tuple(float(v) for v in _names(args.lr_grid))
+            except ValueError:
+                raise UsageError(f"bench accuracy: --lr-grid {args.lr_grid!r}: expected numbers like 0.01,0.1,1") from None
+            if not grid or min(grid) <= 0:
+                raise UsageError(f"bench accuracy: --lr-grid {args.lr_grid!r}: expected positive numbers")
+            overrides["lr_grid"] = grid
+        s = replace(s, **overrides)
+        paper_sets = _names(args.paper_sets)
+        _known_names(s.datasets, paper_sets, args.paper_data)
+        return run_accuracy(args.out, s, args.quick, not args.no_toy, args.paper_data, paper_sets,
+                            args.no_vw, args.no_river, args.jobs, _command_line(tail))
+    from .bench.throughput import run_throughput
+
+    _positive(args, ["rows", "sparse_rows", "repeats", "learn_rows", "pipeline_events", "pipeline_sparse_events"])
+    return run_throughput(args, _command_line(tail))

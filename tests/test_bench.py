@@ -1,0 +1,139 @@
+"""`scinol bench accuracy --quick` through the real CLI, asserting on what it
+writes: the markdown tables, the numbers in them, the PNGs. Works with or
+without the optional competitors (VW, River): without them the output must
+say so and leave their rows out, which the second test forces."""
+
+import math
+import re
+import struct
+import sys
+
+import numpy as np
+
+from pipelines.bench.metrics import LOSS_CAP, binary_score_losses, capped, proba_losses, softmax_score_losses
+from pipelines.bench.optional import have
+from pipelines.bench.report import update_section
+from pipelines.cli import main
+
+OURS = ["ScInOL2", "ScInOL1", "Alg1-K17 (kotlowski1)", "SGD (best lr)", "AdaGrad (best lr)", "Adam (best lr)",
+        "NAG (best lr)"]
+VW = ["VW default", "VW --coin", "VW best -l"]
+RIVER = ["River LogReg default", "River StandardScaler+LogReg", "River LogReg best optimizer"]
+PM = re.compile(r"^\**([-\d.e+]+|inf|nan) ± ([-\d.e+]+|inf|nan)\**$")
+
+
+def table_after(md: str, heading: str) -> list[list[str]]:
+    """The rows (cells) of the first markdown table after ``heading``."""
+    rest = md[md.index(heading):].splitlines()
+    start = next(i for i, line in enumerate(rest) if line.startswith("|"))
+    rows = []
+    for line in rest[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
+
+
+def mean_of(cell: str) -> float:
+    m = PM.match(cell)
+    assert m, f"not 'mean ± std': {cell!r}"
+    mean, std = float(m.group(1)), float(m.group(2))
+    assert math.isfinite(mean) and math.isfinite(std) and std >= 0, cell
+    return mean
+
+
+def assert_png(path):
+    raw = path.read_bytes()
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n", path
+    assert raw[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", raw[16:24])
+    assert width >= 400 and height >= 300, (path, width, height)
+    assert raw[-8:-4] == b"IEND"
+    import matplotlib.image
+
+    image = matplotlib.image.imread(str(path))  # decodes the whole image
+    assert image.shape[:2] == (height, width) and image.std() > 0  # not blank
+
+
+def run_quick(tmp_path, capsys, *extra):
+    status = main(["bench", "accuracy", "--quick", "--out", str(tmp_path), *extra])
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    return (tmp_path / "benchmarks.md").read_text(), out.out + out.err
+
+
+def test_quick_accuracy_writes_tables_and_figures(tmp_path, capsys):
+    md, output = run_quick(tmp_path, capsys)
+
+    toy = {(r[0], r[1]): r for r in table_after(md, "seed 000 §4.1, Figure 1")}
+    assert {m for m, _ in toy} == {"ScInOL1", "ScInOL2", "SGD", "AdaGrad", "Adam", "NAG"}
+    assert len(toy) == 2 + 4 * 2  # quick grid: two learning rates per tuned method
+    finals = {k: mean_of(r[2]) for k, r in toy.items()}
+    for k, r in toy.items():
+        mean_of(r[3])  # progressive loss: finite
+    optimal = float(re.search(r"optimal model u: ([\d.]+)", md).group(1))
+    assert 0.2 < optimal < finals[("ScInOL2", "-")] < math.log(2), finals  # ScInOL2 beats the zero model
+    assert finals[("ScInOL2", "-")] < finals[("ScInOL1", "-")]
+    assert max(finals[("SGD", lr)] for lr in ("0.01", "1")) > math.log(2)  # as in the seed's Figure 1
+
+    vw, river = have("vowpalwabbit"), have("river")
+    expected = OURS + (VW if vw else []) + (RIVER if river else [])
+    for name in ("breast-cancer", "wine"):
+        rows = table_after(md, f"### {name}")
+        assert [r[0] for r in rows] == expected
+        for r in rows:
+            progressive, loss, acc = mean_of(r[3]), mean_of(r[4]), mean_of(r[5])
+            assert 0 <= progressive <= LOSS_CAP and 0 <= loss <= LOSS_CAP and 0 <= acc <= 1, r
+            assert (r[2] != "-") == ("best" in r[0]), r  # tuned rows name the learning rate they chose
+        scinol2 = next(r for r in rows if r[0] == "ScInOL2")
+        assert mean_of(scinol2[4]) < math.log(2 if name == "breast-cancer" else 3)
+        assert "ScInOL2 ranks" in md[md.index(f"### {name}"):]
+    for package, shown in (("vowpalwabbit", vw), ("river", river)):
+        assert (f"{package} not installed" in output) == (not shown)
+
+    for png in ("bench_toy.png", "bench_datasets_loss.png", "bench_datasets_accuracy.png"):
+        assert_png(tmp_path / png)
+        assert f"]({png})" in md
+    assert "Quick mode" in md and "Tuning is on the test set" in md
+
+
+def test_missing_vw_and_river_are_said_and_skipped(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vowpalwabbit", None)  # import vowpalwabbit → ImportError
+    monkeypatch.setitem(sys.modules, "river", None)
+    md, output = run_quick(tmp_path, capsys, "--no-toy", "--datasets", "breast-cancer")
+    assert "vowpalwabbit not installed" in output and "river not installed" in output
+    assert "vowpalwabbit not installed" in md and "river not installed" in md
+    assert [r[0] for r in table_after(md, "### breast-cancer")] == OURS
+    assert "seed 000 §4.1" not in md  # --no-toy: no toy section
+    assert_png(tmp_path / "bench_datasets_loss.png")
+
+
+def test_bad_options_end_in_one_line(tmp_path, capsys):
+    assert main(["bench", "accuracy", "--runs", "0", "--out", str(tmp_path)]) == 2
+    assert main(["bench", "accuracy", "--quick", "--no-toy", "--datasets", "nope", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("scinol: error: bench accuracy: --runs must be at least 1")
+    assert err[-1].startswith("scinol: error: bench accuracy: unknown data set 'nope'")
+
+
+def test_sections_replace_only_themselves(tmp_path):
+    path = str(tmp_path / "b.md")
+    update_section(path, "throughput", "## Throughput\nold")
+    update_section(path, "toy", "## Toy\nfirst")
+    with open(path, "a") as f:
+        f.write("\nhand-written notes\n")
+    update_section(path, "throughput", "## Throughput\nnew")
+    text = open(path).read()
+    assert text.index("## Toy") < text.index("## Throughput")  # fixed order: toy first
+    assert "new" in text and "old" not in text and "hand-written notes" in text and text.count("## Toy") == 1
+
+
+def test_losses_match_their_definitions():
+    scores, labels = np.array([2.0, -1.0, 0.0]), np.array([1, 1, 0])
+    np.testing.assert_allclose(binary_score_losses(scores, labels),
+                               [math.log1p(math.exp(-2)), math.log1p(math.e), math.log(2)])
+    S = np.array([[1.0, 2.0, 3.0], [1000.0, 0.0, -1000.0]])
+    p = np.exp(S[0]) / np.exp(S[0]).sum()
+    np.testing.assert_allclose(softmax_score_losses(S, np.array([0, 0])), [-math.log(p[0]), 0.0], atol=1e-12)
+    np.testing.assert_allclose(proba_losses(np.array([1.0, 0.0, np.nan])), [0.0, LOSS_CAP, LOSS_CAP])
+    assert capped(np.array([1e9, np.nan]))[0] == LOSS_CAP
