@@ -138,6 +138,13 @@ class CutStore:
                 head = {**header, "scalars": state.scalars}
         return Cut(path, seq, n_shards, head), None
 
+    def at(self, model: str, seq: int, n_shards: int) -> Cut:
+        """The cut at ``seq``, read from shard 0's part only: for the steps of
+        a run whose driver already verified the whole cut (``latest``)."""
+        path = self.cut_dir(model, seq)
+        state, header = load_state(os.path.join(path, shard_file(0, n_shards)))
+        return Cut(path, seq, n_shards, {**header, "scalars": state.scalars})
+
     def latest(self, model: str, n_shards: int) -> Cut | None:
         """The newest complete and valid cut of ``model``."""
         for seq, path in self._cuts(model):

@@ -82,9 +82,13 @@ class Router:
 
     def route(self, items: list[tuple]) -> tuple[list[list[Slice]], list]:
         """(slices per shard, positions skipped as already learned)."""
-        skipped = [pos for pos, _ in items if pos.offset < self.offsets.get((pos.topic, pos.partition), 0)]
-        if skipped:
-            items = [(pos, e) for pos, e in items if pos.offset >= self.offsets.get((pos.topic, pos.partition), 0)]
+        fresh, skipped = [], []
+        for pos, event in items:
+            if pos.offset < self.offsets.get((pos.topic, pos.partition), 0):
+                skipped.append(pos)
+            else:
+                fresh.append((pos, event))
+        items = fresh
         per_shard: list[list[Slice]] = [[] for _ in range(self.n_shards)]
         if not items:
             return per_shard, skipped
