@@ -24,5 +24,5 @@ setup(
         "test": ["pytest>=8", "hypothesis>=6.100"],
         "bench": ["vowpalwabbit>=9.8", "river>=0.21", "matplotlib>=3.7"],  # `scinol bench` competitors and plots
     },
-    entry_points={"console_scripts": ["scinol=pipelines.cli:main"]},
+    entry_points={"console_scripts": ["scinol=pipelines.cli.main:main"]},
 )

@@ -10,7 +10,7 @@ The code is in :mod:`pipelines.bench` (installed with the package).
 
 import sys
 
-from pipelines.cli import main
+from pipelines.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", "accuracy", *sys.argv[1:]]))

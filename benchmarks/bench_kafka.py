@@ -37,7 +37,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # noqa: E
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from pipelines.broker import EmbeddedBroker  # noqa: E402
+from pipelines.kafka.broker import EmbeddedBroker  # noqa: E402
 from pipelines.kafka_io import KafkaMessage, ReadFromKafka, WriteToKafka  # noqa: E402
 
 

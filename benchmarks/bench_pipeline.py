@@ -23,9 +23,9 @@ import numpy as np
 
 from learners.datasets import toy_examples
 from pipelines.bench.pipeline_speed import sparse_events, throughput
-from pipelines.broker import EmbeddedBroker
+from pipelines.kafka.broker import EmbeddedBroker
 from pipelines.produce import dense_events, produce_events
-from pipelines.run_pipeline import RunConfig, run
+from pipelines.exact.pipeline import RunConfig, run
 from pipelines.tail import read_records
 
 

@@ -25,9 +25,9 @@ import numpy as np
 
 from learners.datasets import toy_examples
 from pipelines.bench.pipeline_speed import sparse_events
-from pipelines.broker import EmbeddedBroker
+from pipelines.kafka.broker import EmbeddedBroker
 from pipelines.produce import dense_events, ensure_topic, produce_events
-from pipelines.run_pipeline import RunConfig, run
+from pipelines.exact.pipeline import RunConfig, run
 from pipelines.tail import read_records
 
 SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")

@@ -40,8 +40,8 @@ from fuzzkit import absurd_values, check_batch, corpus, decoder, fuzz_through_pi
 from trialkit import (Fault, TrialResult, make_stream, reference_learners, run_broker_fault_trial,  # noqa: E402
                       run_trial, same_state)
 
-from pipelines.broker import EmbeddedBroker  # noqa: E402
-from pipelines.checkpoints import CheckpointStore  # noqa: E402
+from pipelines.kafka.broker import EmbeddedBroker  # noqa: E402
+from pipelines.state.checkpoints import CheckpointStore  # noqa: E402
 
 R, W = "checkpoint-before-rename", "checkpoint-before-manifest"
 PLANS = [

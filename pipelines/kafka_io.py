@@ -60,7 +60,7 @@ Reading
 * Broker trouble (refused connections, timeouts, all brokers down) is
   retried by librdkafka with back-off and reported by every client, reader
   and writer alike, as rate-limited warnings and "working again" when it
-  ends (:mod:`pipelines.kafka_health`).
+  ends (:mod:`pipelines.kafka.health`).
 
 * Counters (namespace ``kafka_io``): ``messages_read``, ``batches_read``,
   ``idle_checkpoints``, ``timed_checkpoints``, ``broker_errors``;
@@ -130,7 +130,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from confluent_kafka import (TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException, Producer,
                              TopicPartition)
 
-from .kafka_health import with_error_reporting
+from pipelines.kafka.health import with_error_reporting
 
 _LOG = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ def _consumer_config(bootstrap: str, group_id: Optional[str], consumer_config: O
         # A fetch is answered within fetch.wait.max.ms (500 ms); librdkafka's
         # 60 s default would leave a paused or hung broker unnoticed for a
         # minute. After 10 s the request is failed, the connection re-made
-        # with back-off, and the error reported (pipelines.kafka_health).
+        # with back-off, and the error reported (pipelines.kafka.health).
         "socket.timeout.ms": 10000,
         # A consumer that has caught up sends fetches the broker may hold for
         # this long before answering, even when new data arrives meanwhile

@@ -26,7 +26,7 @@ def dense_events(X: np.ndarray, y, id_prefix: str, model: str = "default",
 
 
 def file_events(reader, model: str = "default", passes: int = 1) -> Iterator[dict]:
-    """Events from a :mod:`pipelines.datafiles` reader: CSV rows as dense
+    """Events from a :mod:`pipelines.records.datafiles` reader: CSV rows as dense
     features, libsvm rows as sparse ones; ids ``<file>:<line>``."""
     name = os.path.basename(reader.path)
     dense = reader.n_features is not None

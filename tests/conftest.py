@@ -10,7 +10,7 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def kafka_bootstrap():
     """A real Kafka-protocol broker (tansu, memory storage) for the session."""
-    from pipelines.broker import EmbeddedBroker
+    from pipelines.kafka.broker import EmbeddedBroker
 
     with EmbeddedBroker() as broker:
         yield broker.bootstrap

@@ -13,7 +13,7 @@
 - :func:`scinol_run_command` / :func:`kill_at_checkpoint_pause`: start
   ``scinol run`` as a child process and kill -9 it, at a random moment or
   inside a checkpoint write (the ``SCINOL_FAULT_PAUSE`` hook of
-  :mod:`pipelines.faults`).
+  :mod:`pipelines.state.faults`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 
-from pipelines.broker import EmbeddedBroker, free_port
+from pipelines.kafka.broker import EmbeddedBroker, free_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

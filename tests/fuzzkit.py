@@ -10,10 +10,10 @@ import random
 
 from apache_beam.pvalue import TaggedOutput
 
-from pipelines.dead_letters import MAX_ORIGINAL_BYTES
+from pipelines.records.dead_letters import MAX_ORIGINAL_BYTES
 from pipelines.kafka_io import KafkaMessage
-from pipelines.model_runner import ModelRunner
-from pipelines.transforms import DecodeEvents, LearnerConfig
+from pipelines.exact.model_runner import ModelRunner
+from pipelines.exact.transforms import DecodeEvents, LearnerConfig
 from schemas.codec import REASONS, Codec, schema_id
 
 _CODEC = Codec()
@@ -174,9 +174,9 @@ def fuzz_through_pipeline(bootstrap: str, topic: str, values: list, checkpoint_d
     records, offsets that must be dead letters)."""
     from confluent_kafka import Producer
 
-    from pipelines.dead_letters import screen
+    from pipelines.records.dead_letters import screen
     from pipelines.produce import ensure_topic
-    from pipelines.run_pipeline import RunConfig, run
+    from pipelines.exact.pipeline import RunConfig, run
     from trialkit import read_topic
 
     ensure_topic(bootstrap, topic, 1)

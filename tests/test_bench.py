@@ -13,7 +13,7 @@ import numpy as np
 from pipelines.bench.metrics import LOSS_CAP, binary_score_losses, capped, proba_losses, softmax_score_losses
 from pipelines.bench.optional import have
 from pipelines.bench.report import update_section
-from pipelines.cli import main
+from pipelines.cli.main import main
 
 OURS = ["ScInOL2", "ScInOL1", "Alg1-K17 (kotlowski1)", "SGD (best lr)", "AdaGrad (best lr)", "Adam (best lr)",
         "NAG (best lr)"]

@@ -9,7 +9,7 @@ import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipelines.broker import EmbeddedBroker, _port_open
+from pipelines.kafka.broker import EmbeddedBroker, _port_open
 
 
 def test_round_trip_through_the_session_broker(kafka_bootstrap, topic_name):
@@ -61,7 +61,7 @@ def test_scinol_broker_prints_its_address_and_stops_on_ctrl_c():
 
 
 def test_broker_dies_with_a_killed_parent():
-    code = ("from pipelines.broker import EmbeddedBroker; import time; b = EmbeddedBroker(); b.start(); "
+    code = ("from pipelines.kafka.broker import EmbeddedBroker; import time; b = EmbeddedBroker(); b.start(); "
             "print(b.port, b.process.pid, flush=True); time.sleep(60)")
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     port, pid = map(int, parent.stdout.readline().split())

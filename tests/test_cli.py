@@ -20,7 +20,7 @@ import pytest
 
 from learners import OnlineLearner, make_learner
 from learners.datasets import toy_examples
-from pipelines.cli import main
+from pipelines.cli.main import main
 
 N = 300  # toy examples; the progress table reports at 1, 2, 4, ..., 256
 

@@ -4,7 +4,7 @@ import pickle
 import numpy as np
 import pytest
 
-from pipelines.datafiles import (Batch, CsvReader, DataError, LibsvmReader,
+from pipelines.records.datafiles import (Batch, CsvReader, DataError, LibsvmReader,
                                  guess_format, open_reader)
 
 

@@ -23,9 +23,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from faultkit import REPO
 from learners import make_learner
 from learners.datasets import toy_examples
-from pipelines.broker import free_port
-from pipelines.checkpoints import CheckpointStore
-from pipelines.cli import build_parser
+from pipelines.kafka.broker import free_port
+from pipelines.state.checkpoints import CheckpointStore
+from pipelines.cli.main import build_parser
 from pipelines.produce import dense_events, produce_events
 from trialkit import read_topic
 
@@ -244,7 +244,7 @@ def test_dataflow_flex_template(dataflow_main, tmp_path):
 
 def test_a_url_as_checkpoint_directory_is_refused(capsys):
     """The store is a filesystem one: `gs://b/ckpt` must not silently become a local directory "gs:"."""
-    from pipelines.cli import main
+    from pipelines.cli.main import main
 
     assert main(["run", "--bootstrap", "127.0.0.1:1", "--topic", "t", "--predictions-topic", "p",
                  "--checkpoint-dir", "gs://bucket/ckpt"]) == 2

@@ -15,9 +15,9 @@ import pytest
 
 from faultkit import TcpProxy
 from learners import make_learner
-from pipelines.broker import EmbeddedBroker
-from pipelines.checkpoints import STALE_TEMP_SECONDS, CheckpointStore
-from pipelines.kafka_writer import KafkaDeliveryError, KafkaWriter
+from pipelines.kafka.broker import EmbeddedBroker
+from pipelines.state.checkpoints import STALE_TEMP_SECONDS, CheckpointStore
+from pipelines.kafka.producer import KafkaDeliveryError, KafkaWriter
 from trialkit import Fault, make_stream, reference_learners, run_broker_fault_trial, run_trial
 
 
@@ -87,7 +87,7 @@ def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(tmp_path, caplog,
         newest.write_bytes(bytes(data))
     else:
         newest.with_suffix(".json").write_text('{"checksum": ')
-    with caplog.at_level(logging.WARNING, logger="pipelines.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="pipelines.state.checkpoints"):
         ckpt = store.latest("m")
     assert ckpt.event_count == 20 and ckpt.offsets == {("t", 0): 20}
     np.testing.assert_array_equal(ckpt.learner.state.arrays["P"], _learner_after(20).state.arrays["P"])

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from fuzzkit import (absurd_values, check_batch, corpus, decoder, fuzz_through_pipeline, mutate, outcomes,
                      oversized_value, seed_values)
-from pipelines.checkpoints import CheckpointStore
-from pipelines.dead_letters import DEFAULT_MAX_INDEX, MAX_ORIGINAL_BYTES, screen
+from pipelines.state.checkpoints import CheckpointStore
+from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, MAX_ORIGINAL_BYTES, screen
 from schemas.codec import Codec, schema_id
 
 CODEC = Codec()

@@ -15,7 +15,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipelines.broker import free_port
+from pipelines.kafka.broker import free_port
 from pipelines.kafka_io import METRICS_NAMESPACE, KafkaMessage, ReadFromKafka, WriteToKafka
 
 PARTITIONS = 4

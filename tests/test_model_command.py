@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 
 from learners import make_learner
 from learners.datasets import toy_examples
-from pipelines.cli import main
+from pipelines.cli.main import main
 
 
 def saved_model(tmp_path):

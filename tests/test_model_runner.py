@@ -10,8 +10,8 @@ import pytest
 
 from learners import make_learner
 from learners.datasets import toy_examples
-from pipelines.checkpoints import CheckpointStore
-from pipelines.model_runner import ModelRunner
+from pipelines.state.checkpoints import CheckpointStore
+from pipelines.exact.model_runner import ModelRunner
 
 
 class Msg(NamedTuple):  # the (topic, partition, offset) part of a Kafka message

@@ -11,9 +11,9 @@ from confluent_kafka import Producer
 
 from learners import make_learner
 from learners.datasets import toy_examples
-from pipelines.checkpoints import CheckpointStore
+from pipelines.state.checkpoints import CheckpointStore
 from pipelines.produce import dense_events, ensure_topic, produce_events
-from pipelines.run_pipeline import RunConfig, run
+from pipelines.exact.pipeline import RunConfig, run
 from pipelines.tail import read_records
 from schemas.codec import Codec
 from trialkit import read_topic

@@ -6,7 +6,7 @@ import json
 
 from confluent_kafka.admin import AdminClient
 
-from pipelines.cli import main
+from pipelines.cli.main import main
 from pipelines.tail import tail
 
 

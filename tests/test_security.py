@@ -223,7 +223,7 @@ def spy_clients(monkeypatch):
 
 
 def test_kafka_settings_reach_every_client(kafka_bootstrap, topic_name, tmp_path, spy_clients, capsys):
-    from pipelines.cli import main
+    from pipelines.cli.main import main
 
     conf_file = tmp_path / "kafka.properties"
     conf_file.write_text(f"# TLS and SASL would go here\nsasl.password = {SECRET}\nssl.key.password={SECRET}\n")
@@ -262,7 +262,7 @@ def run_cli(*args, timeout=120):
 
 def test_secrets_never_reach_logs_or_errors(kafka_bootstrap, topic_name, tmp_path):
     from pipelines.produce import generated_events, produce_events
-    from pipelines.run_pipeline import RunConfig
+    from pipelines.exact.pipeline import RunConfig
 
     produce_events(kafka_bootstrap, topic_name, generated_events("toy", 200, 0), progress=False)
     secrets = ["--kafka-config", f"sasl.password={SECRET}", "--kafka-config", f"ssl.key.password={SECRET}",

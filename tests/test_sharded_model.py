@@ -10,8 +10,8 @@ from learners import make_learner
 from learners.datasets import toy_examples
 from learners.sharding import ShardedLearner
 from pipelines.produce import dense_events
-from pipelines.sharded_model import Combiner, Router, ShardRunner
-from pipelines.transforms import Position
+from pipelines.sharded.protocol import Combiner, Router, ShardRunner
+from pipelines.exact.transforms import Position
 
 
 def stream(n, seed=0, unlabelled_every=7):

@@ -9,10 +9,10 @@ import pytest
 from confluent_kafka import Producer
 
 from learners import make_learner
-from pipelines.cuts import CutStore
+from pipelines.state.cuts import CutStore
 from pipelines.produce import ensure_topic, produce_events
-from pipelines.run_pipeline import run
-from pipelines.sharded_transforms import FeedbackFaults
+from pipelines.exact.pipeline import run
+from pipelines.sharded.transforms import FeedbackFaults
 from pipelines.tail import read_records
 from schemas.codec import Codec
 from test_pipeline import config, toy_stream
@@ -41,7 +41,7 @@ def test_four_shards_at_zero_staleness_equal_exact_mode(kafka_bootstrap, topic_n
                                rtol=1e-9, atol=1e-12)
     assert merged.state.scalars == pytest.approx(exact.state.scalars, rel=1e-12)
     # `scinol model inspect|export` read a cut directory as the merged model.
-    from pipelines.model_command import load_model
+    from pipelines.cli.model import load_model
 
     np.testing.assert_allclose(load_model(cut.path).weights(), exact.weights(), rtol=1e-9, atol=1e-12)
     shown = subprocess.run([sys.executable, "-m", "pipelines.cli", "model", "inspect", cut.path],

@@ -32,7 +32,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from faultkit import REPO, kill9, scinol_run_command, start_scinol_run, wait_for
 from learners import make_learner
 from learners.datasets import toy_examples
-from pipelines.checkpoints import CheckpointStore
+from pipelines.state.checkpoints import CheckpointStore
 from pipelines.produce import dense_events, ensure_topic
 from schemas.codec import Codec
 

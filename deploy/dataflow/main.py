@@ -65,7 +65,7 @@ def _fetch(url: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipelines.cli import main as scinol
+    from pipelines.cli.main import main as scinol
 
     return scinol(to_scinol_args(sys.argv[1:] if argv is None else argv))
 

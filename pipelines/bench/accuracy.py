@@ -18,13 +18,13 @@ import time
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 
-from . import report
-from .contenders import LR_GRID, families
-from .datasets import available
-from .executor import TaskRunner
-from .multi_epoch import evaluate_families, load_dataset
-from .optional import have, missing_message
-from .toy import SEED_GRID, run_toy
+from pipelines.bench import report
+from pipelines.bench.contenders import LR_GRID, families
+from pipelines.bench.datasets import available
+from pipelines.bench.executor import TaskRunner
+from pipelines.bench.multi_epoch import evaluate_families, load_dataset
+from pipelines.bench.optional import have, missing_message
+from pipelines.bench.toy import SEED_GRID, run_toy
 
 
 @dataclass
@@ -76,7 +76,7 @@ def run_toy_section(runner, s: Settings, out_dir: str, header) -> str:
     say(f"toy (seed 000 §4.1): {s.toy_runs} training sets x (2 + 4 x {len(s.toy_grid)}) configurations")
     t0 = time.perf_counter()
     result = run_toy(runner, runs=s.toy_runs, grid=s.toy_grid, n_train=s.toy_train, n_test=s.toy_test)
-    from .plots import toy_figure
+    from pipelines.bench.plots import toy_figure
 
     toy_figure(result, os.path.join(out_dir, "bench_toy.png"))
     rows = report.toy_rows(result)
@@ -111,7 +111,7 @@ def run_datasets(runner, refs, s: Settings, fams, label: str) -> list:
 
 
 def datasets_body(title: str, per_dataset, png_stem: str, out_dir: str, header, s: Settings, notes) -> str:
-    from .plots import datasets_figure
+    from pipelines.bench.plots import datasets_figure
 
     plots = [(d, r) for d, r, _, _ in per_dataset]
     datasets_figure(plots, os.path.join(out_dir, f"{png_stem}_loss.png"), "test_loss")
@@ -201,7 +201,7 @@ def run_accuracy(out_dir: str, s: Settings, quick: bool, with_toy: bool, paper_d
 
 
 def paper_refs(root: str, names) -> tuple[list, list[str]]:
-    from .paper_data import LOADERS, NOT_HERE
+    from pipelines.bench.paper_data import LOADERS, NOT_HERE
 
     refs, missing = [], [f"{n}: not obtainable on these machines (see the data directory's MANIFEST.md), skipped"
                          for n in NOT_HERE]

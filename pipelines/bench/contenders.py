@@ -15,7 +15,7 @@ import numpy as np
 
 from learners import make_learner
 
-from .metrics import capped, proba_losses, score_losses, score_predictions
+from pipelines.bench.metrics import capped, proba_losses, score_losses, score_predictions
 
 # Every learning rate of either seed experiment: §4.1 used 0.001..10, §4.2
 # 1e-5..1. The tuned methods get the union, which can only help them.

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .optional import INSTALL_HINT, have
+from pipelines.bench.optional import INSTALL_HINT, have
 
 SPLIT_SEED = 0
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .contenders import Family, make_contender
+from pipelines.bench.contenders import Family, make_contender
 
 
 ORDER_STREAM = 42  # keeps these permutations apart from the other seeded streams (splits, toy data)
@@ -49,10 +49,10 @@ _PAPER_SETS: dict = {}
 def load_dataset(ref: tuple):
     """("bundled", name) or ("paper", directory, name) → Dataset, loaded once per process."""
     if ref[0] == "bundled":
-        from .datasets import load_bundled
+        from pipelines.bench.datasets import load_bundled
 
         return load_bundled(ref[1])
-    from .paper_data import LOADERS
+    from pipelines.bench.paper_data import LOADERS
 
     if ref not in _PAPER_SETS:
         _PAPER_SETS[ref] = LOADERS[ref[2]](ref[1])

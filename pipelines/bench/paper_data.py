@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from .datasets import Dataset, class_indices, random_split
+from pipelines.bench.datasets import Dataset, class_indices, random_split
 
 # Fewer passes than the bundled sets: these are 2k–60k rows.
 EPOCHS = {"bank": 3, "adult": 3, "madelon": 5, "mnist": 2, "shuttle": 3}

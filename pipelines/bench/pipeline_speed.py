@@ -30,8 +30,8 @@ def plain_loop(bootstrap, topic, n):
 
     from schemas.codec import Codec
 
-    from ..events import event_rows
-    from ..kafka_writer import KafkaWriter
+    from pipelines.records.events import event_rows
+    from pipelines.kafka.producer import KafkaWriter
 
     codec, model = Codec(), make_learner("scinol2", "logistic")
     writer = KafkaWriter(bootstrap, topic + ".plain")
@@ -58,10 +58,10 @@ def plain_loop(bootstrap, topic, n):
 
 def throughput(broker, name, events, n):
     """(pipeline events/s, plain-loop events/s) over the same n events in one partition."""
-    from ..produce import produce_events
-    from ..run_pipeline import RunConfig, run
-    from ..tail import read_records
-    from ..transforms import LearnerConfig
+    from pipelines.produce import produce_events
+    from pipelines.exact.pipeline import RunConfig, run
+    from pipelines.tail import read_records
+    from pipelines.exact.transforms import LearnerConfig
 
     topic = f"bench.{name}"
     produce_events(broker.bootstrap, topic, events, partitions=1, total=n, progress=False)

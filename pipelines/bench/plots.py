@@ -31,7 +31,7 @@ def _pyplot():
 def toy_figure(result, path: str) -> None:
     """Figure 1: (a) every method at every learning rate, log scale; (b) the
     band between the optimal and the zero model, linear scale."""
-    from .toy import LABELS
+    from pipelines.bench.toy import LABELS
 
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))

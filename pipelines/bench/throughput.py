@@ -23,9 +23,9 @@ import sys
 import tempfile
 import time
 
-from . import report
-from .kernel_speed import SPARSE_BITS, VW_NOTE, measure, vw_command, write_vw
-from .optional import have, missing_message
+from pipelines.bench import report
+from pipelines.bench.kernel_speed import SPARSE_BITS, VW_NOTE, measure, vw_command, write_vw
+from pipelines.bench.optional import have, missing_message
 
 
 def say(text: str) -> None:
@@ -34,7 +34,7 @@ def say(text: str) -> None:
 
 def scinol_command() -> list[str]:
     exe = shutil.which("scinol", path=os.path.dirname(sys.executable)) or shutil.which("scinol")
-    return [exe] if exe else [sys.executable, "-m", "pipelines.cli"]
+    return [exe] if exe else [sys.executable, "-m", "pipelines.cli.main"]
 
 
 def _timed(cmd: list[str]) -> tuple[float, float]:
@@ -77,9 +77,9 @@ def learn_vs_vw(rows: int, repeats: int, with_vw: bool) -> list[dict]:
 def pipeline_vs_plain(events: int, sparse_events_n: int) -> list[dict]:
     from learners.datasets import toy_examples
 
-    from ..broker import EmbeddedBroker
-    from ..produce import dense_events
-    from .pipeline_speed import sparse_events, throughput
+    from pipelines.kafka.broker import EmbeddedBroker
+    from pipelines.produce import dense_events
+    from pipelines.bench.pipeline_speed import sparse_events, throughput
 
     rows = []
     with EmbeddedBroker() as broker:
@@ -143,7 +143,7 @@ def pipeline_section(rows: list[dict]) -> list[str]:
 
 
 def run_throughput(args, command: str) -> int:
-    from .accuracy import tool_versions
+    from pipelines.bench.accuracy import tool_versions
 
     started = time.perf_counter()
     with_vw = not args.no_vw and have("vowpalwabbit")

@@ -17,7 +17,7 @@ import numpy as np
 from learners import make_learner
 from learners.datasets import toy_comparator, toy_dataset
 
-from .metrics import binary_score_losses
+from pipelines.bench.metrics import binary_score_losses
 
 SEED_GRID = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
 FREE = ("scinol1", "scinol2")

@@ -1,6 +1,6 @@
 """One model of the stream: its learner, the stream position its state
 covers, its progressive metrics and when to checkpoint it. No Beam here: the
-stateful DoFn of :mod:`pipelines.transforms` holds one of these per model.
+stateful DoFn of :mod:`pipelines.exact.transforms` holds one of these per model.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import numpy as np
 
 from learners import OnlineLearner
 
-from .checkpoints import CheckpointStore
-from .events import event_rows
-from .predictions import ProgressiveMetrics, prediction_record, readings
+from pipelines.state.checkpoints import CheckpointStore
+from pipelines.records.events import event_rows
+from pipelines.records.predictions import ProgressiveMetrics, prediction_record, readings
 
 
 class ModelRunner:

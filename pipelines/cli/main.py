@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     _tail_parser(sub)
     _demo_parser(sub)
     _model_parser(sub)
-    from .bench_command import add_bench_parser
+    from pipelines.cli.bench import add_bench_parser
 
     add_bench_parser(sub)
     return parser
@@ -195,7 +195,7 @@ def run_broker(args) -> int:
     import signal
     import threading
 
-    from .broker import EmbeddedBroker
+    from pipelines.kafka.broker import EmbeddedBroker
 
     broker = EmbeddedBroker(port=args.port)
     stop = threading.Event()
@@ -219,29 +219,29 @@ def main(argv=None) -> int:
     from learners.losses import LabelError
     from learners.state import StateFileError
 
-    from .broker import BrokerError
-    from .datafiles import DataError
+    from pipelines.kafka.broker import BrokerError
+    from pipelines.records.datafiles import DataError
 
     try:
         args = build_parser().parse_args(argv)
         if args.command == "learn":
-            from .learn_command import run_learn
+            from pipelines.cli.learn import run_learn
 
             return run_learn(args)
         if args.command == "generate":
-            from .learn_command import run_generate
+            from pipelines.cli.learn import run_generate
 
             return run_generate(args)
         if args.command == "run":
-            from .run_command import run_run
+            from pipelines.cli.run import run_run
 
             return run_run(args)
         if args.command in ("produce", "tail"):
-            from . import run_command
+            from pipelines.cli import run as run_command
 
             return run_command.run_produce(args) if args.command == "produce" else run_command.run_tail(args)
         if args.command == "model":
-            from . import model_command
+            from pipelines.cli import model as model_command
 
             if args.model_command == "inspect":
                 model_command.inspect(args.path, args.top)
@@ -249,17 +249,17 @@ def main(argv=None) -> int:
                 print(f"wrote {model_command.export(args.path, args.format, args.output)}", file=sys.stderr)
             return 0
         if args.command == "demo":
-            from .demo import run_demo
+            from pipelines.cli.demo import run_demo
 
             return run_demo(args.out, args.passes, args.keep_broker)
         if args.command == "broker":
             return run_broker(args)
         if args.command == "bench":
-            from .bench_command import run_bench
+            from pipelines.cli.bench import run_bench
 
             return run_bench(args, sys.argv[1:] if argv is None else list(argv))
         if args.command == "learners":
-            from .learn_command import run_learners
+            from pipelines.cli.learn import run_learners
 
             return run_learners(args)
     except (UsageError, DataError, StateFileError, LabelError, BrokerError) as exc:
@@ -273,11 +273,3 @@ def main(argv=None) -> int:
         return 130
     return 0
 
-
-if __name__ == "__main__":
-    # Under `python -m pipelines.cli` this file runs as __main__, a second copy of
-    # the module: learn_command raises pipelines.cli.UsageError, which this copy's
-    # main() would not catch. Run the importable module's main() instead.
-    from pipelines.cli import main as _main
-
-    sys.exit(_main())

@@ -1,5 +1,5 @@
 """Sharded mode's Beam transforms (DESIGN.md §3). The protocol itself is in
-:mod:`pipelines.sharded_model`; this module only routes its messages.
+:mod:`pipelines.sharded.protocol`; this module only routes its messages.
 
     events topic ─┐                      ┌─► DeadLetters ─► <topic>.dlq (and a record on the feedback topic)
                   ├─► ReadFromKafkaRanges ─► DecodeShardedInput
@@ -31,9 +31,9 @@ from apache_beam.coders import VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
-from .cuts import CutStore
-from .sharded_model import Combiner, Router, ShardRunner
-from .transforms import NAMESPACE, DecodeEvents, LearnerConfig
+from pipelines.state.cuts import CutStore
+from pipelines.sharded.protocol import Combiner, Router, ShardRunner
+from pipelines.exact.transforms import NAMESPACE, DecodeEvents, LearnerConfig
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class RouteEvents(beam.DoFn):
     def _skip(self, positions) -> None:
         from schemas.codec import Codec
 
-        from .kafka_writer import KafkaWriter
+        from pipelines.kafka.producer import KafkaWriter
 
         if self.skips is None:
             self.skips = (KafkaWriter(self.config.bootstrap, self.config.feedback_topic, self.config.kafka_config),
@@ -257,7 +257,7 @@ class CombineStep(beam.DoFn):
     def setup(self):
         from schemas.codec import Codec
 
-        from .kafka_writer import KafkaWriter
+        from pipelines.kafka.producer import KafkaWriter
 
         cfg = self.config
         self.codec = Codec(cfg.registry_url)

@@ -1,7 +1,7 @@
 """Build the sharded-mode pipeline (``scinol run --shards K``): where to
 start (the newest complete checkpoint cut of each model), which offsets to
 read, when a bounded run is done, and the transforms of
-:mod:`pipelines.sharded_transforms` wired together."""
+:mod:`pipelines.sharded.transforms` wired together."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import uuid
 
 import apache_beam as beam
 
-from .cuts import CutStore
-from .kafka_io import UNBOUNDED_STOP, ReadFromKafkaRanges, WriteToKafka, resolve_ranges
-from .sharded_model import FeedbackWatch
-from .sharded_transforms import (CombineStep, DecodeShardedInput, FeedbackFaults, RouteEvents, ShardedConfig,
+from pipelines.state.cuts import CutStore
+from pipelines.kafka_io import UNBOUNDED_STOP, ReadFromKafkaRanges, WriteToKafka, resolve_ranges
+from pipelines.sharded.protocol import FeedbackWatch
+from pipelines.sharded.transforms import (CombineStep, DecodeShardedInput, FeedbackFaults, RouteEvents, ShardedConfig,
                                  ShardStep, skip_record)
-from .transforms import EncodeRecords
+from pipelines.exact.transforms import EncodeRecords
 
 log = logging.getLogger(__name__)
 

@@ -52,11 +52,11 @@ def learning_curve_png(path: str, losses: np.ndarray, n_rows: int) -> None:
 
 
 def run_demo(out_dir: str = "scinol-demo", passes: int = 20, keep_broker: bool = False) -> int:
-    from .broker import EmbeddedBroker
-    from .produce import dense_events, produce_events
-    from .run_pipeline import RunConfig, run
-    from .tail import read_records
-    from .transforms import LearnerConfig
+    from pipelines.kafka.broker import EmbeddedBroker
+    from pipelines.produce import dense_events, produce_events
+    from pipelines.exact.pipeline import RunConfig, run
+    from pipelines.tail import read_records
+    from pipelines.exact.transforms import LearnerConfig
 
     started = time.monotonic()
     os.makedirs(out_dir, exist_ok=True)
@@ -83,7 +83,7 @@ def run_demo(out_dir: str = "scinol-demo", passes: int = 20, keep_broker: bool =
         acc_last = np.mean([(by_id[i]["score"] > 0) == (label > 0) for i, label in zip(ids[-569:], y[-569:])])
         png = os.path.join(out_dir, "learning_curve.png")
         learning_curve_png(png, losses, 569)
-        from .checkpoints import CheckpointStore
+        from pipelines.state.checkpoints import CheckpointStore
 
         ckpt = CheckpointStore(checkpoints).latest("breast-cancer")
         print(f"\npredictions: {len(predictions):,} records in topic {cfg.predictions_topic} on {broker.bootstrap}"

@@ -31,7 +31,7 @@ import numpy as np
 from learners import OnlineLearner
 from learners.state import LearnerState, StateFileError, load_state, save_state
 
-from .checkpoints import _safe
+from pipelines.state.checkpoints import _safe
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ import numpy as np
 from learners import OnlineLearner, make_learner
 from learners.losses import BINARY_LOSSES, LabelError
 
-from .cli import UsageError
-from .datafiles import DataError, open_reader
+from pipelines.cli.main import UsageError
+from pipelines.records.datafiles import DataError, open_reader
 
 _HEADER = (
     "average  since         example        example  current  current  current\n"

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from .checkpoints import CheckpointStore
-from .dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES
-from .kafka_io import ReadFromKafka, WriteToKafka
-from .transforms import DecodeEvents, EncodeRecords, LearnerConfig, LearnModels
+from pipelines.state.checkpoints import CheckpointStore
+from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES
+from pipelines.kafka_io import ReadFromKafka, WriteToKafka
+from pipelines.exact.transforms import DecodeEvents, EncodeRecords, LearnerConfig, LearnModels
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class RunConfig:
     registry_url: str | None = None
     max_batch: int = 2000
     max_index: int = DEFAULT_MAX_INDEX
-    """Sparse indices and dense lengths at or above this are dead letters (pipelines.dead_letters)."""
+    """Sparse indices and dense lengths at or above this are dead letters (pipelines.records.dead_letters)."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     stop_after: int | None = None
     progress_seconds: float | None = 5.0
@@ -98,7 +98,7 @@ def ensure_topics(cfg: RunConfig) -> None:
 
 def build(p: beam.Pipeline, cfg: RunConfig) -> None:
     if cfg.shards is not None:
-        from .sharded_pipeline import build_sharded
+        from pipelines.sharded.pipeline import build_sharded
 
         build_sharded(p, cfg, *([cfg.feedback_faults] if cfg.feedback_faults else []))
         return

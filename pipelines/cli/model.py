@@ -21,7 +21,7 @@ def load_model(path: str) -> OnlineLearner:
     import os
 
     if os.path.isdir(path):
-        from .cuts import load_cut
+        from pipelines.state.cuts import load_cut
 
         return load_cut(path).merged_learner()
     return OnlineLearner.load(path)

@@ -12,7 +12,7 @@
                               order: ŷ, the loss, g_t and the global scalars;
                               makes the Prediction and the Feedback record.
 
-The three are joined by Beam (``pipelines.sharded_transforms``) and the
+The three are joined by Beam (``pipelines.sharded.transforms``) and the
 feedback goes back to the shards through Kafka. With S = 0 every shard
 predicts event t with the state after events 1..t−1, exactly as one learner
 would, so the result equals exact mode on the same sequence (up to the
@@ -41,9 +41,9 @@ from learners.losses import loss_code, prepare_labels
 from learners.sharding import Shard, shards_of
 from learners.state import LearnerState
 
-from .events import event_rows
-from .kafka_io import StopRule
-from .predictions import ProgressiveMetrics, prediction_record, readings
+from pipelines.records.events import event_rows
+from pipelines.kafka_io import StopRule
+from pipelines.records.predictions import ProgressiveMetrics, prediction_record, readings
 
 log = logging.getLogger(__name__)
 
@@ -389,7 +389,7 @@ class FeedbackWatch(StopRule):
         return True
 
     def _control(self, topic, partition, checkpoint: bool) -> list:
-        from .kafka_io import KafkaMessage
+        from pipelines.kafka_io import KafkaMessage
 
         out = []
         for model, seq in sorted(self._last_seq.items()):

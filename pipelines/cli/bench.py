@@ -54,7 +54,7 @@ def add_bench_parser(sub) -> None:
 
 
 def _positive(args, names) -> None:
-    from .cli import UsageError
+    from pipelines.cli.main import UsageError
 
     for name in names:
         value = getattr(args, name, None)
@@ -63,9 +63,9 @@ def _positive(args, names) -> None:
 
 
 def _known_names(datasets, paper_sets, paper_dir) -> None:
-    from .bench.datasets import BUNDLED
-    from .bench.paper_data import LOADERS
-    from .cli import UsageError
+    from pipelines.bench.datasets import BUNDLED
+    from pipelines.bench.paper_data import LOADERS
+    from pipelines.cli.main import UsageError
 
     for given, known, what in ((datasets, BUNDLED, "data set"), (paper_sets, LOADERS, "paper data set")):
         for name in given or ():
@@ -81,13 +81,13 @@ def _command_line(argv_tail) -> str:
 
 def run_bench(args, argv: list[str]) -> int:
     """``argv``: the command line as parsed, recorded in the report."""
-    from .cli import UsageError
+    from pipelines.cli.main import UsageError
 
     tail = argv[argv.index("bench") + 1:] if "bench" in argv else [args.bench_command]
     if args.bench_command == "accuracy":
         from dataclasses import replace
 
-        from .bench.accuracy import QUICK, Settings, run_accuracy
+        from pipelines.bench.accuracy import QUICK, Settings, run_accuracy
 
         _positive(args, ["runs", "toy_runs", "tune_runs", "epochs", "jobs"])
         s = QUICK if args.quick else Settings()
@@ -108,7 +108,7 @@ def run_bench(args, argv: list[str]) -> int:
         _known_names(s.datasets, paper_sets, args.paper_data)
         return run_accuracy(args.out, s, args.quick, not args.no_toy, args.paper_data, paper_sets,
                             args.no_vw, args.no_river, args.jobs, _command_line(tail))
-    from .bench.throughput import run_throughput
+    from pipelines.bench.throughput import run_throughput
 
     _positive(args, ["rows", "sparse_rows", "repeats", "learn_rows", "pipeline_events", "pipeline_sparse_events"])
     return run_throughput(args, _command_line(tail))

@@ -23,7 +23,7 @@ import time
 from learners import OnlineLearner
 from learners.state import StateFileError
 
-from .faults import pause_point
+from pipelines.state.faults import pause_point
 
 log = logging.getLogger(__name__)
 

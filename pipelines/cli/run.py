@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from .cli import UsageError
-from .learn_command import parse_params
+from pipelines.cli.main import UsageError
+from pipelines.cli.learn import parse_params
 
 
 def kafka_settings(pairs: list[str], path: str | None) -> dict[str, str]:
@@ -31,8 +31,8 @@ def kafka_settings(pairs: list[str], path: str | None) -> dict[str, str]:
 
 
 def run_produce(args) -> int:
-    from .datafiles import open_reader
-    from .produce import file_events, generated_events, produce_events
+    from pipelines.records.datafiles import open_reader
+    from pipelines.produce import file_events, generated_events, produce_events
 
     if (args.data is None) == (args.generate is None):
         raise UsageError("give a DATA file or --generate, not both or neither")
@@ -49,7 +49,7 @@ def run_produce(args) -> int:
 
 
 def run_tail(args) -> int:
-    from .tail import tail
+    from pipelines.tail import tail
 
     try:
         tail(args.bootstrap, args.topic, fmt=args.format, max_records=args.max, timeout=args.timeout,
@@ -77,8 +77,8 @@ def input_limits(args) -> dict:
 
 
 def run_run(args) -> int:
-    from .run_pipeline import RunConfig, run
-    from .transforms import LearnerConfig
+    from pipelines.exact.pipeline import RunConfig, run
+    from pipelines.exact.transforms import LearnerConfig
 
     learner = LearnerConfig(args.learner or "scinol2", args.loss or "logistic", parse_params(args.param),
                             args.n_classes, not args.no_bias, args.hash_bits, args.loss_param)
@@ -97,7 +97,7 @@ def run_run(args) -> int:
         feedback_timeout=args.feedback_timeout,
         **input_limits(args))
     if cfg.shards is not None:
-        from .sharded_pipeline import check_shardable
+        from pipelines.sharded.pipeline import check_shardable
 
         try:
             check_shardable(cfg)

@@ -10,7 +10,7 @@
                                                 checkpoint)
 
 Batches, not records, cross each step. The learner math is in ``learners``;
-the per-model bookkeeping in :mod:`pipelines.model_runner`; nothing here is
+the per-model bookkeeping in :mod:`pipelines.exact.model_runner`; nothing here is
 runner-specific.
 """
 
@@ -30,9 +30,9 @@ from apache_beam.transforms.window import GlobalWindow
 
 from learners import make_learner
 
-from .checkpoints import CheckpointStore, checkpoint_record
-from .dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES, dead_letter, screen
-from .model_runner import ModelRunner
+from pipelines.state.checkpoints import CheckpointStore, checkpoint_record
+from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES, dead_letter, screen
+from pipelines.exact.model_runner import ModelRunner
 
 log = logging.getLogger(__name__)
 NAMESPACE = "scinol"
@@ -70,7 +70,7 @@ class DecodeEvents(beam.DoFn):
     def __init__(self, loss: str, n_classes: int | None, registry_url: str | None = None, *,
                  max_index: int = DEFAULT_MAX_INDEX, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
         self.loss, self.n_classes, self.registry_url = loss, n_classes, registry_url
-        self.max_index, self.max_message_bytes = max_index, max_message_bytes  # see pipelines.dead_letters
+        self.max_index, self.max_message_bytes = max_index, max_message_bytes  # see pipelines.records.dead_letters
 
     def setup(self):
         from schemas.codec import Codec, DecodeError, validate_event
@@ -127,7 +127,7 @@ class LearnModels(beam.DoFn):
         self.store = CheckpointStore(self.checkpoint_dir) if self.checkpoint_dir else None
         from schemas.codec import Codec
 
-        from .kafka_writer import KafkaWriter
+        from pipelines.kafka.producer import KafkaWriter
 
         self.codec = Codec(self.registry_url)
         self.writer = KafkaWriter(self.bootstrap, self.predictions_topic, self.kafka_config)

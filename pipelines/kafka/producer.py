@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 
-from .kafka_health import with_error_reporting
+from pipelines.kafka.health import with_error_reporting
 
 log = logging.getLogger(__name__)
 

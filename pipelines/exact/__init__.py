@@ -1,0 +1,1 @@
+"""Exact mode: one stateful learner per model, events in offset order."""
