@@ -38,7 +38,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from pipelines.kafka.broker import EmbeddedBroker  # noqa: E402
-from pipelines.kafka_io import KafkaMessage, ReadFromKafka, WriteToKafka  # noqa: E402
+from pipelines.beam_io import KafkaMessage, ReadFromKafka, WriteToKafka
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

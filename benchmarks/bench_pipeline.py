@@ -24,16 +24,17 @@ import numpy as np
 from learners.datasets import toy_examples
 from pipelines.bench.pipeline_speed import sparse_events, throughput
 from pipelines.kafka.broker import EmbeddedBroker
-from pipelines.produce import dense_events, produce_events
+from pipelines.records.events import dense_events
+from pipelines.records.topics import produce_events
 from pipelines.exact.pipeline import RunConfig, run
-from pipelines.tail import read_records
+from pipelines.records.topics import read_records
 
 
 def latency(broker, rate, seconds):
     topic, n = "bench.latency", int(rate * seconds)
-    from pipelines.produce import ensure_topic
+    from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 
-    ensure_topic(broker.bootstrap, topic, 1)
+    KafkaAdmin(broker.bootstrap).ensure_topics([TopicSpec(topic, 1)])
     cfg = RunConfig(bootstrap=broker.bootstrap, topic=topic, predictions_topic=topic + ".pred", bounded=False,
                     stop_after=n, progress_seconds=None, max_batch=500)
     X, y = toy_examples(n, 3)

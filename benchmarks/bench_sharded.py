@@ -26,9 +26,11 @@ import numpy as np
 from learners.datasets import toy_examples
 from pipelines.bench.pipeline_speed import sparse_events
 from pipelines.kafka.broker import EmbeddedBroker
-from pipelines.produce import dense_events, ensure_topic, produce_events
+from pipelines.records.events import dense_events
+from pipelines.kafka.admin import KafkaAdmin, TopicSpec
+from pipelines.records.topics import produce_events
 from pipelines.exact.pipeline import RunConfig, run
-from pipelines.tail import read_records
+from pipelines.records.topics import read_records
 
 SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 
@@ -75,7 +77,7 @@ def backfill(bootstrap: str, topic: str, n: int, **options) -> tuple[float, floa
 def latency(bootstrap: str, rate: float, seconds: float, **options) -> tuple[float, float]:
     topic = f"bench.lat.{time.time_ns()}"
     n = int(rate * seconds)
-    ensure_topic(bootstrap, topic, 1)
+    KafkaAdmin(bootstrap).ensure_topics([TopicSpec(topic, 1)])
     cfg = RunConfig(bootstrap=bootstrap, topic=topic, predictions_topic=topic + ".pred", bounded=False,
                     stop_after=n, progress_seconds=None, max_batch=500, **options)
     X, y = toy_examples(n, 3)

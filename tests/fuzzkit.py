@@ -11,7 +11,7 @@ import random
 from apache_beam.pvalue import TaggedOutput
 
 from pipelines.records.dead_letters import MAX_ORIGINAL_BYTES
-from pipelines.kafka_io import KafkaMessage
+from pipelines.beam_io import KafkaMessage
 from pipelines.exact.model_runner import ModelRunner
 from pipelines.exact.transforms import DecodeEvents, LearnerConfig
 from schemas.codec import REASONS, Codec, schema_id
@@ -175,11 +175,11 @@ def fuzz_through_pipeline(bootstrap: str, topic: str, values: list, checkpoint_d
     from confluent_kafka import Producer
 
     from pipelines.records.dead_letters import screen
-    from pipelines.produce import ensure_topic
+    from pipelines.kafka.admin import KafkaAdmin, TopicSpec
     from pipelines.exact.pipeline import RunConfig, run
     from trialkit import read_topic
 
-    ensure_topic(bootstrap, topic, 1)
+    KafkaAdmin(bootstrap).ensure_topics([TopicSpec(topic, 1)])
     producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 20_000_000, "linger.ms": 20})
     for v in values:
         while True:

@@ -26,7 +26,8 @@ from learners.datasets import toy_examples
 from pipelines.kafka.broker import free_port
 from pipelines.state.checkpoints import CheckpointStore
 from pipelines.cli.main import build_parser
-from pipelines.produce import dense_events, produce_events
+from pipelines.records.events import dense_events
+from pipelines.records.topics import produce_events
 from trialkit import read_topic
 
 DEPLOY = os.path.join(REPO, "deploy")

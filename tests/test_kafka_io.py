@@ -16,7 +16,8 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipelines.kafka.broker import free_port
-from pipelines.kafka_io import METRICS_NAMESPACE, KafkaMessage, ReadFromKafka, WriteToKafka
+from pipelines.beam_io.partition_fn import METRICS_NAMESPACE
+from pipelines.beam_io import KafkaMessage, ReadFromKafka, WriteToKafka
 
 PARTITIONS = 4
 
@@ -290,7 +291,7 @@ def test_runner_initiated_split_is_honoured(kafka_bootstrap, topic_name):
     from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
     from apache_beam.runners.sdf_utils import RestrictionTrackerView, ThreadsafeRestrictionTracker
 
-    from pipelines.kafka_io import _BoundedReadPartitionFn, _PartitionSpec
+    from pipelines.beam_io.partition_fn import BoundedReadPartitionFn, PartitionSpec
 
     _create_topic(kafka_bootstrap, topic_name, partitions=1)
     _produce(kafka_bootstrap, topic_name, range(1_000), partitions=1)
@@ -302,10 +303,10 @@ def test_runner_initiated_split_is_honoured(kafka_bootstrap, topic_name):
         def register(self, cb):
             self.callbacks.append(cb)
 
-    fn = _BoundedReadPartitionFn(kafka_bootstrap, None, None, max_batch=100, poll_timeout=0.2,
+    fn = BoundedReadPartitionFn(kafka_bootstrap, None, None, max_batch=100, poll_timeout=0.2,
                                  checkpoint_seconds=10, unbounded=False)
     fn.setup()
-    spec = _PartitionSpec(topic_name, 0, 0, 1_000)
+    spec = PartitionSpec(topic_name, 0, 0, 1_000)
     tracker = ThreadsafeRestrictionTracker(OffsetRestrictionTracker(OffsetRange(0, 1_000)))
     got, residual = [], None
     for out in fn.process(spec, Finalizer(), RestrictionTrackerView(tracker), ManualWatermarkEstimator(None)):

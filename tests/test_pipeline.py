@@ -12,9 +12,11 @@ from confluent_kafka import Producer
 from learners import make_learner
 from learners.datasets import toy_examples
 from pipelines.state.checkpoints import CheckpointStore
-from pipelines.produce import dense_events, ensure_topic, produce_events
+from pipelines.records.events import dense_events
+from pipelines.kafka.admin import KafkaAdmin, TopicSpec
+from pipelines.records.topics import produce_events
 from pipelines.exact.pipeline import RunConfig, run
-from pipelines.tail import read_records
+from pipelines.records.topics import read_records
 from schemas.codec import Codec
 from trialkit import read_topic
 
@@ -87,7 +89,7 @@ def test_bad_events_go_to_the_dead_letter_topic_and_the_rest_flows(kafka_bootstr
         151: codec.encode("scinol.Event", {**events[151], "features": {"indices": [3, 3], "values": [1.0, 2.0]}}),
         200: codec.encode("scinol.Event", {**events[200], "label": 7.0}),
     }
-    ensure_topic(kafka_bootstrap, topic_name, 1)
+    KafkaAdmin(kafka_bootstrap).ensure_topics([TopicSpec(topic_name, 1)])
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for i, event in enumerate(events):
         producer.produce(topic_name, value=bad.get(i) or codec.encode("scinol.Event", event))

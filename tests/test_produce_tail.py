@@ -7,7 +7,7 @@ import json
 from confluent_kafka.admin import AdminClient
 
 from pipelines.cli.main import main
-from pipelines.tail import tail
+from pipelines.cli.tail import tail
 
 
 def test_produce_generated_events_then_tail_them(kafka_bootstrap, topic_name, capsys):

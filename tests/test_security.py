@@ -200,7 +200,9 @@ def spy_clients(monkeypatch):
     import confluent_kafka
     import confluent_kafka.admin
 
-    import pipelines.kafka_io
+    import pipelines.beam_io.partition_fn
+    import pipelines.kafka.consumer
+    import pipelines.kafka.producer
 
     seen = []
 
@@ -211,7 +213,8 @@ def spy_clients(monkeypatch):
         return create
 
     for module, name in ((confluent_kafka, "Producer"), (confluent_kafka, "Consumer"),
-                         (pipelines.kafka_io, "Producer"), (pipelines.kafka_io, "Consumer")):
+                         (pipelines.kafka.producer, "Producer"), (pipelines.kafka.consumer, "Consumer"),
+                         (pipelines.beam_io.partition_fn, "Consumer")):
         monkeypatch.setattr(module, name, spy(getattr(module, name)))
     admin_init = confluent_kafka.admin.AdminClient.__init__  # a Python class that names itself in super()
 
@@ -261,7 +264,8 @@ def run_cli(*args, timeout=120):
 
 
 def test_secrets_never_reach_logs_or_errors(kafka_bootstrap, topic_name, tmp_path):
-    from pipelines.produce import generated_events, produce_events
+    from pipelines.records.events import generated_events
+    from pipelines.records.topics import produce_events
     from pipelines.exact.pipeline import RunConfig
 
     produce_events(kafka_bootstrap, topic_name, generated_events("toy", 200, 0), progress=False)

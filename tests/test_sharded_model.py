@@ -9,7 +9,7 @@ import pytest
 from learners import make_learner
 from learners.datasets import toy_examples
 from learners.sharding import ShardedLearner
-from pipelines.produce import dense_events
+from pipelines.records.events import dense_events
 from pipelines.sharded.protocol import Combiner, Router, ShardRunner
 from pipelines.exact.transforms import Position
 

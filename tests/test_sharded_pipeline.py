@@ -10,10 +10,11 @@ from confluent_kafka import Producer
 
 from learners import make_learner
 from pipelines.state.cuts import CutStore
-from pipelines.produce import ensure_topic, produce_events
+from pipelines.kafka.admin import KafkaAdmin, TopicSpec
+from pipelines.records.topics import produce_events
 from pipelines.exact.pipeline import run
 from pipelines.sharded.transforms import FeedbackFaults
-from pipelines.tail import read_records
+from pipelines.records.topics import read_records
 from schemas.codec import Codec
 from test_pipeline import config, toy_stream
 
@@ -77,7 +78,7 @@ def test_restart_resumes_from_the_last_cut_and_equals_one_run(kafka_bootstrap, t
 def test_lost_and_repeated_feedback_neither_corrupt_nor_stall(kafka_bootstrap, topic_name, tmp_path):
     X, y, events = toy_stream(500)
     codec = Codec()
-    ensure_topic(kafka_bootstrap, topic_name, 1)
+    KafkaAdmin(kafka_bootstrap).ensure_topics([TopicSpec(topic_name, 1)])
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for i, event in enumerate(events):  # with one bad event: dead letters are accounted for too
         producer.produce(topic_name, value=b"\x00junk" if i == 77 else codec.encode("scinol.Event", event))

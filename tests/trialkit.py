@@ -33,7 +33,8 @@ from faultkit import REPO, kill9, scinol_run_command, start_scinol_run, wait_for
 from learners import make_learner
 from learners.datasets import toy_examples
 from pipelines.state.checkpoints import CheckpointStore
-from pipelines.produce import dense_events, ensure_topic
+from pipelines.records.events import dense_events
+from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from schemas.codec import Codec
 
 MODELS = ("a", "b")  # model MODELS[p] lives in partition p
@@ -94,7 +95,7 @@ def make_stream(n_per_model: int, seed: int = 0, unlabelled_every: int = 13) -> 
 
 
 def produce_stream(bootstrap: str, topic: str, stream: Stream) -> None:
-    ensure_topic(bootstrap, topic, len(MODELS))
+    KafkaAdmin(bootstrap).ensure_topics([TopicSpec(topic, len(MODELS))])
     errors = []
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "message.max.bytes": 2_000_000})
     for p, values in stream.values.items():

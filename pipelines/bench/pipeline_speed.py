@@ -58,9 +58,9 @@ def plain_loop(bootstrap, topic, n):
 
 def throughput(broker, name, events, n):
     """(pipeline events/s, plain-loop events/s) over the same n events in one partition."""
-    from pipelines.produce import produce_events
+    from pipelines.records.topics import produce_events
     from pipelines.exact.pipeline import RunConfig, run
-    from pipelines.tail import read_records
+    from pipelines.records.topics import read_records
     from pipelines.exact.transforms import LearnerConfig
 
     topic = f"bench.{name}"

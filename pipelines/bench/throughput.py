@@ -78,7 +78,7 @@ def pipeline_vs_plain(events: int, sparse_events_n: int) -> list[dict]:
     from learners.datasets import toy_examples
 
     from pipelines.kafka.broker import EmbeddedBroker
-    from pipelines.produce import dense_events
+    from pipelines.records.events import dense_events
     from pipelines.bench.pipeline_speed import sparse_events, throughput
 
     rows = []

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shlex
 
+from .errors import UsageError
+
 
 def _names(text: str | None):
     """"a,b" → ("a", "b"); "none" → (); None → None (the default set)."""
@@ -13,9 +15,10 @@ def _names(text: str | None):
     return () if text.strip().lower() == "none" else tuple(n.strip() for n in text.split(",") if n.strip())
 
 
-def add_bench_parser(sub) -> None:
+def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="benchmarks: the seed's experiments, accuracy and speed vs VW and River",
                        description="Writes OUT/benchmarks.md (its own sections only) and PNGs beside it.")
+    p.set_defaults(func=run)
     bsub = p.add_subparsers(dest="bench_command", required=True, parser_class=type(p))
 
     a = bsub.add_parser("accuracy", help="toy experiment (seed 000 Fig. 1) and test curves on real data (Fig. 2)",
@@ -54,8 +57,6 @@ def add_bench_parser(sub) -> None:
 
 
 def _positive(args, names) -> None:
-    from pipelines.cli.main import UsageError
-
     for name in names:
         value = getattr(args, name, None)
         if value is not None and value < 1:
@@ -65,8 +66,6 @@ def _positive(args, names) -> None:
 def _known_names(datasets, paper_sets, paper_dir) -> None:
     from pipelines.bench.datasets import BUNDLED
     from pipelines.bench.paper_data import LOADERS
-    from pipelines.cli.main import UsageError
-
     for given, known, what in ((datasets, BUNDLED, "data set"), (paper_sets, LOADERS, "paper data set")):
         for name in given or ():
             if name not in known:
@@ -79,10 +78,9 @@ def _command_line(argv_tail) -> str:
     return "scinol bench " + " ".join(shlex.quote(a) for a in argv_tail)
 
 
-def run_bench(args, argv: list[str]) -> int:
-    """``argv``: the command line as parsed, recorded in the report."""
-    from pipelines.cli.main import UsageError
-
+def run(args) -> int:
+    """The report records the command line as parsed (``args.argv``)."""
+    argv = args.argv
     tail = argv[argv.index("bench") + 1:] if "bench" in argv else [args.bench_command]
     if args.bench_command == "accuracy":
         from dataclasses import replace

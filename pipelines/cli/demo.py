@@ -53,9 +53,10 @@ def learning_curve_png(path: str, losses: np.ndarray, n_rows: int) -> None:
 
 def run_demo(out_dir: str = "scinol-demo", passes: int = 20, keep_broker: bool = False) -> int:
     from pipelines.kafka.broker import EmbeddedBroker
-    from pipelines.produce import dense_events, produce_events
+    from pipelines.records.events import dense_events
+    from pipelines.records.topics import produce_events
     from pipelines.exact.pipeline import RunConfig, run
-    from pipelines.tail import read_records
+    from pipelines.records.topics import read_records
     from pipelines.exact.transforms import LearnerConfig
 
     started = time.monotonic()
@@ -104,3 +105,14 @@ def run_demo(out_dir: str = "scinol-demo", passes: int = 20, keep_broker: bool =
             except KeyboardInterrupt:
                 pass
     return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("demo", help="the main job: embedded broker, a real data stream, the pipeline, "
+                                    "predictions, a checkpoint and a learning curve",
+                       description="Streams scikit-learn's breast cancer data (raw, unnormalised) through the "
+                                   "pipeline on an embedded broker.")
+    p.add_argument("--out", default="scinol-demo", help="directory for checkpoints and the plot")
+    p.add_argument("--passes", type=int, default=20, help="shuffled passes over the 569 rows (default 20)")
+    p.add_argument("--keep-broker", action="store_true", help="keep the broker up afterwards, until Ctrl-C")
+    p.set_defaults(func=lambda args: run_demo(args.out, args.passes, args.keep_broker))

@@ -1,4 +1,4 @@
-"""``scinol learn`` and ``scinol generate``: VW-like learning from files."""
+"""``scinol learn``: VW-like online learning from a data file."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import numpy as np
 from learners import OnlineLearner, make_learner
 from learners.losses import BINARY_LOSSES, LabelError
 
-from pipelines.cli.main import UsageError
 from pipelines.records.datafiles import DataError, open_reader
+
+from .errors import UsageError
+from .options import add_learner_options, parse_params
 
 _HEADER = (
     "average  since         example        example  current  current  current\n"
@@ -70,34 +72,6 @@ def _build_learner(args, reader) -> OnlineLearner:
         raise UsageError(str(exc)) from None
 
 
-def parse_params(items: list[str]) -> dict[str, float]:
-    """``["lr=0.1", "beta1=0.9"]`` → ``{"lr": 0.1, "beta1": 0.9}``."""
-    params = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise UsageError(f"--param {item!r}: expected NAME=VALUE")
-        try:
-            params[name.strip()] = float(value)
-        except ValueError:
-            raise UsageError(f"--param {item!r}: {value!r} is not a number") from None
-    return params
-
-
-def run_learners(args) -> int:
-    from learners.registry import describe_learners
-
-    rows = describe_learners()
-    print(f"{'learner':<12} {'free':<5} {'inv':<5} {'shard':<6} {'parameters':<46} description")
-    for r in rows:
-        params = ", ".join(f"{k}={v:g}" for k, v in r["params"].items()) or "-"
-        flags = ["yes" if r[f] else "no" for f in ("parameter_free", "scale_invariant", "shardable")]
-        print(f"{r['name']:<12} {flags[0]:<5} {flags[1]:<5} {flags[2]:<6} {params:<46} {r['summary']}")
-    print("\nfree: no learning rate to tune; inv: predictions invariant to rescaling each feature; "
-          "shard: coordinate-separable (runs over feature shards)")
-    return 0
-
-
 def _count_classes(reader) -> int:
     """Softmax without --n-classes: largest integer label + 1, from a pre-scan."""
     top = -1.0
@@ -114,7 +88,7 @@ def _label_column(reader) -> str:
     return "" if name is None else f" (label column {name!r})"
 
 
-def run_learn(args) -> int:
+def run(args) -> int:
     if args.passes < 1:
         raise UsageError(f"--passes must be at least 1, not {args.passes}")
     if args.batch_size < 1:
@@ -156,22 +130,21 @@ def run_learn(args) -> int:
     return 0
 
 
-def run_generate(args) -> int:
-    from learners.datasets import toy_examples
-
-    if args.n < 1:
-        raise UsageError(f"--n must be at least 1, not {args.n}")
-    X, y = toy_examples(args.n, args.seed)
-    with open(args.output, "w") as out:
-        if args.format == "csv":
-            out.write(",".join([f"x{i}" for i in range(1, X.shape[1] + 1)] + ["y"]) + "\n")
-            np.savetxt(out, np.column_stack([X, y]), delimiter=",", fmt="%.17g")
-        else:
-            for row, label in zip(X, y):
-                feats = " ".join(f"{j + 1}:{v:.17g}" for j, v in enumerate(row) if v != 0.0)
-                out.write(f"{label:g} {feats}\n")
-    print(f"wrote {args.n} examples to {args.output}", file=sys.stderr)
-    return 0
-
-
-__all__ = ["run_learn", "run_generate", "BINARY_LOSSES"]
+def add_parser(sub) -> None:
+    p = sub.add_parser("learn", help="learn online from a CSV or libsvm file, VW style",
+                       description="One online pass (or --passes N) over DATA; prints the progressive "
+                                   "average loss at every power of two examples.")
+    p.add_argument("data", metavar="DATA", help="CSV or libsvm/svmlight file (.gz is fine)")
+    p.add_argument("--format", choices=["csv", "libsvm"], help="file format (default: from the extension)")
+    p.add_argument("--label", default=None, help="CSV label column: header name or 0-based index (default: first column)")
+    p.add_argument("--header", choices=["auto", "yes", "no"], default="auto", help="CSV header line (default: auto)")
+    p.add_argument("--delimiter", default=None, help="CSV delimiter (default: sniffed from , ; tab)")
+    add_learner_options(p)
+    p.add_argument("--n-classes", type=int, default=None, help="number of classes for softmax (default: largest label + 1)")
+    p.add_argument("--passes", type=int, default=1, help="passes over the data (default 1)")
+    p.add_argument("-p", "--predictions", metavar="FILE", help="write ŷ_t (made before learning from example t), one line per example")
+    p.add_argument("--save", metavar="FILE", help="save the final model")
+    p.add_argument("--load", metavar="FILE", help="start from a saved model (its learner, loss and bias are used)")
+    p.add_argument("--batch-size", type=int, default=4096, help="examples per compiled-kernel call (no effect on results)")
+    p.add_argument("--quiet", action="store_true", help="no progress table")
+    p.set_defaults(func=run)

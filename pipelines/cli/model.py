@@ -27,7 +27,8 @@ def load_model(path: str) -> OnlineLearner:
     return OnlineLearner.load(path)
 
 
-def inspect(path: str, top: int = 10, out=sys.stdout) -> None:
+def inspect(path: str, top: int = 10, out=None) -> None:
+    out = out or sys.stdout
     model = load_model(path)
     header = {k: v for k, v in model.loaded_header.items() if k not in ("fill",)}
     print(json.dumps(header, indent=1, sort_keys=True, default=str), file=out)
@@ -67,3 +68,24 @@ def export(path: str, fmt: str, output: str | None) -> str:
         table = pa.table({"feature": rows_feature, "output": rows_output, "weight": weights})
         pq.write_table(table.replace_schema_metadata({"learner": model.algorithm.name, "loss": model.loss}), output)
     return output
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("model", help="inspect or export a saved model or checkpoint")
+    msub = p.add_subparsers(dest="model_command", required=True, parser_class=type(p))
+    i = msub.add_parser("inspect", help="print the header and the largest weights")
+    i.add_argument("path", metavar="PATH")
+    i.add_argument("--top", type=int, default=10, help="how many weights (default 10)")
+    e = msub.add_parser("export", help="write the weights as JSON, CSV or Parquet")
+    e.add_argument("path", metavar="PATH")
+    e.add_argument("--format", choices=["json", "csv", "parquet"], default="json")
+    e.add_argument("-o", "--output", default=None, help="output file (default: PATH.weights.FORMAT)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    if args.model_command == "inspect":
+        inspect(args.path, args.top)
+    else:
+        print(f"wrote {export(args.path, args.format, args.output)}", file=sys.stderr)
+    return 0

@@ -4,59 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from pipelines.cli.main import UsageError
-from pipelines.cli.learn import parse_params
-
-
-def kafka_settings(pairs: list[str], path: str | None) -> dict[str, str]:
-    """librdkafka settings from a KEY=VALUE file (# comments) and flags; the
-    flags win. Values are never printed: they may be secrets."""
-    settings: dict[str, str] = {}
-    lines = []
-    if path:
-        try:
-            with open(path) as f:
-                lines = [(f"{path}:{n}", line.strip()) for n, line in enumerate(f, 1)]
-        except OSError as exc:
-            raise UsageError(f"{path}: cannot read Kafka config ({exc.strerror})") from None
-    lines += [("--kafka-config", p) for p in pairs]
-    for where, line in lines:
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"{where}: expected KEY=VALUE, got a line without '='")
-        settings[key.strip()] = value.strip()
-    return settings
-
-
-def run_produce(args) -> int:
-    from pipelines.records.datafiles import open_reader
-    from pipelines.produce import file_events, generated_events, produce_events
-
-    if (args.data is None) == (args.generate is None):
-        raise UsageError("give a DATA file or --generate, not both or neither")
-    if args.generate:
-        events, total = generated_events(args.generate, args.n, args.seed, args.model), args.n
-    else:
-        reader = open_reader(args.data, args.format, label=args.label)
-        events, total = file_events(reader, args.model), None
-    count, rate = produce_events(args.bootstrap, args.topic, events, partitions=args.partitions, rate=args.rate,
-                                 total=total, kafka_config=kafka_settings(args.kafka_config, args.kafka_config_file),
-                                 progress=not args.quiet, registry_url=args.schema_registry)
-    print(f"produced {count:,} events to {args.topic} ({rate:,.0f} events/s)", file=sys.stderr)
-    return 0
-
-
-def run_tail(args) -> int:
-    from pipelines.tail import tail
-
-    try:
-        tail(args.bootstrap, args.topic, fmt=args.format, max_records=args.max, timeout=args.timeout,
-             kafka_config=kafka_settings(args.kafka_config, args.kafka_config_file), registry_url=args.schema_registry)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    return 0
+from .errors import UsageError
+from .options import add_kafka_options, add_learner_options, kafka_settings, parse_params
 
 
 def input_limits(args) -> dict:
@@ -76,8 +25,9 @@ def input_limits(args) -> dict:
     return limits
 
 
-def run_run(args) -> int:
-    from pipelines.exact.pipeline import RunConfig, run
+def run(args) -> int:
+    from pipelines.exact.pipeline import RunConfig
+    from pipelines.exact.pipeline import run as run_pipeline
     from pipelines.exact.transforms import LearnerConfig
 
     learner = LearnerConfig(args.learner or "scinol2", args.loss or "logistic", parse_params(args.param),
@@ -106,5 +56,45 @@ def run_run(args) -> int:
     mode = f"{cfg.shards} shards, max staleness {cfg.max_staleness}" if cfg.shards else "exact"
     print(f"scinol run: {cfg.topic} -> {cfg.predictions_topic} ({learner.learner}, {learner.loss}, {mode}, "
           f"{'bounded' if cfg.bounded else 'unbounded'}) on {cfg.bootstrap}", file=sys.stderr)
-    run(cfg)
+    run_pipeline(cfg)
     return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="run the streaming pipeline: events topic in, predictions and checkpoints out",
+                       description="Exact mode (default): one stateful learner per model name; sharded mode "
+                                   "with --shards K. Beam flags go after `--`, "
+                                   "e.g. `-- --runner=PortableRunner --job_endpoint=localhost:8099`.")
+    add_kafka_options(p, "the events topic (Avro Event records)")
+    p.add_argument("--predictions-topic", required=True, help="where Prediction records go")
+    add_learner_options(p)
+    p.add_argument("--n-classes", type=int, default=None, help="number of classes (softmax)")
+    p.add_argument("--hash-bits", type=int, default=18, help="hash space of named features (default 18)")
+    p.add_argument("--bounded", action="store_true",
+                   help="read up to the end offsets seen at start, write a final checkpoint, stop")
+    p.add_argument("--checkpoint-dir", metavar="DIR", help="write checkpoints here and resume from the newest")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="N", help="checkpoint every N events")
+    p.add_argument("--checkpoint-seconds", type=float, default=None, metavar="T", help="checkpoint every T seconds")
+    p.add_argument("--checkpoint-topic", default=None, help="compacted topic for checkpoint headers "
+                                                            "(default: PREDICTIONS_TOPIC.checkpoints)")
+    p.add_argument("--dead-letter-topic", default=None, help="default: TOPIC.dlq")
+    p.add_argument("--group-id", default=None, help="consumer group (offsets committed after each bundle)")
+    p.add_argument("--stop-after", type=int, default=None, metavar="N",
+                   help="unbounded: stop after the first N offsets of each partition")
+    p.add_argument("--max-batch", type=int, default=2000, help="messages per batch from the source")
+    p.add_argument("--max-index", type=int, default=None, metavar="N",
+                   help="dead-letter events with a sparse index >= N or more than N dense values "
+                        "(index_out_of_range; default 4194304): bounds a model's memory")
+    p.add_argument("--max-message-bytes", type=int, default=None, metavar="N",
+                   help="dead-letter messages over N bytes undecoded (oversized; default 16 MiB)")
+    g = p.add_argument_group("sharded mode (features split over K stateful shards, g_t fed back through Kafka)")
+    g.add_argument("--shards", type=int, default=None, metavar="K",
+                   help="split each model's coordinates over K shards (default: exact mode, one learner per model)")
+    g.add_argument("--max-staleness", type=int, default=0, metavar="S",
+                   help="a shard predicts at most S events ahead of the feedback it has applied; 0 (default) "
+                        "equals exact mode, larger S trades exactness for throughput")
+    g.add_argument("--feedback-topic", default=None, help="default: PREDICTIONS_TOPIC.feedback (1 partition)")
+    g.add_argument("--feedback-timeout", type=float, default=30.0, metavar="T",
+                   help="give up (and report) feedback awaited longer than T seconds (default 30)")
+    p.add_argument("beam_args", nargs="*", metavar="-- BEAM_ARGS", help="passed to Beam's PipelineOptions")
+    p.set_defaults(func=run)

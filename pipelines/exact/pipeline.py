@@ -11,7 +11,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.state.checkpoints import CheckpointStore
 from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES
-from pipelines.kafka_io import ReadFromKafka, WriteToKafka
+from pipelines.beam_io import ReadFromKafka, WriteToKafka
+from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.exact.transforms import DecodeEvents, EncodeRecords, LearnerConfig, LearnModels
 
 log = logging.getLogger(__name__)
@@ -79,21 +80,11 @@ def resume_offsets(cfg: RunConfig) -> dict[int, int] | None:
 
 def ensure_topics(cfg: RunConfig) -> None:
     """Create the output topics when missing (the checkpoint topic compacted)."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": cfg.bootstrap, **cfg.kafka_config})
-    existing = set(admin.list_topics(timeout=10).topics)
-    wanted = [NewTopic(cfg.predictions_topic, 1, 1), NewTopic(cfg.dlq_topic, 1, 1),
-              NewTopic(cfg.ckpt_topic, 1, 1, config={"cleanup.policy": "compact"})]
+    wanted = [TopicSpec(cfg.predictions_topic), TopicSpec(cfg.dlq_topic),
+              TopicSpec(cfg.ckpt_topic, config={"cleanup.policy": "compact"})]
     if cfg.shards is not None:  # one partition: the shards must see each model's feedback in order
-        wanted.append(NewTopic(cfg.feedback, 1, 1))
-    missing = [t for t in wanted if t.topic not in existing]
-    for topic, future in admin.create_topics(missing).items() if missing else ():
-        try:
-            future.result(15)
-        except Exception as exc:  # created meanwhile by someone else is fine
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise
+        wanted.append(TopicSpec(cfg.feedback))
+    KafkaAdmin(cfg.bootstrap, cfg.kafka_config).ensure_topics(wanted)
 
 
 def build(p: beam.Pipeline, cfg: RunConfig) -> None:

@@ -37,19 +37,12 @@ def tansu_binary() -> str:
 
 def wait_until_ready(bootstrap: str, timeout: float = 30.0) -> None:
     """Block until the broker answers a metadata request."""
-    from confluent_kafka.admin import AdminClient
+    from .admin import KafkaAdmin
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 1000})
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            admin.list_topics(timeout=1.0)
-            return
-        except Exception as exc:  # KafkaException while the port is not yet open
-            last = exc
-            time.sleep(0.1)
-    raise BrokerError(f"broker at {bootstrap} did not answer within {timeout:.0f} s ({last})")
+    try:
+        KafkaAdmin(bootstrap, {"socket.connection.setup.timeout.ms": 1000}).wait_until_ready(timeout)
+    except TimeoutError as exc:
+        raise BrokerError(str(exc)) from None
 
 
 class EmbeddedBroker:

@@ -1,22 +1,32 @@
-"""A Kafka producer that never drops silently: produce, then ``flush()``
-raises if any message was not acknowledged. No Beam here.
+"""The one Kafka producer of the project: produce, then ``flush()`` raises
+if any message was not acknowledged. No Beam here; the Beam sink, the
+pipelines' prediction and feedback writers, ``scinol produce`` and the demo
+all write through :class:`KafkaWriter`.
 
-A broker that is down or paused is ridden out, not failed on: librdkafka
-keeps the messages queued and retries with back-off for up to
-``message.timeout.ms`` (default 300 s; raise it with ``--kafka-config`` to
-ride out longer outages), and ``flush()`` waits that long, logging a warning
-every ``report_every`` seconds while messages are still unacknowledged. Only
-a message librdkafka gave up on raises :class:`KafkaDeliveryError`; the
-pipeline then stops and a restart resumes from the last checkpoint, which
-was written only after everything it covers had been acknowledged.
+* Idempotent by default (``enable.idempotence=true``): librdkafka's retries
+  after a lost acknowledgement never write a message twice, and the order
+  within a partition is kept.
+* A broker that is down or paused is ridden out, not failed on: librdkafka
+  keeps the messages queued and retries with back-off for up to
+  ``message.timeout.ms`` (default 300 s; raise it with ``--kafka-config`` to
+  ride out longer outages), and ``flush()`` waits that long, logging a
+  warning every ``report_every`` seconds while messages are unacknowledged.
+  Only a message librdkafka gave up on raises :class:`KafkaDeliveryError`;
+  the pipeline then stops and a restart resumes from the last checkpoint,
+  which was written only after everything it covers had been acknowledged.
+* ``close()`` flushes and destroys the client, so nothing of it is left to
+  complain ("Connection refused") when the broker goes away afterwards.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Iterable, Optional
 
-from pipelines.kafka.health import with_error_reporting
+from confluent_kafka import KafkaException, Producer
+
+from .health import with_error_reporting
 
 log = logging.getLogger(__name__)
 
@@ -26,33 +36,68 @@ class KafkaDeliveryError(RuntimeError):
 
 
 class KafkaWriter:
+    """A producer for one topic; see the module docstring."""
+
     report_every = 10.0  # seconds between "still waiting" warnings in flush()
+    _MAX_ERRORS_KEPT = 10
 
-    def __init__(self, bootstrap: str, topic: str, config: dict | None = None):
-        from confluent_kafka import Producer
-
+    def __init__(self, bootstrap: str, topic: str, config: dict | None = None, *, error_counter=None):
         self.topic = topic
-        conf, self.reporter = with_error_reporting({"bootstrap.servers": bootstrap, "linger.ms": 5, **(config or {})},
-                                                   f"producer for {topic!r}")
+        conf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, **(config or {})}
+        conf, self.reporter = with_error_reporting(conf, f"producer for {topic!r}", error_counter)
         self.producer = Producer(conf)
         self.failed: list[str] = []
+        self.n_failed = 0
         self.delivered = 0
 
-    def _report(self, err, msg):
+    def _report(self, err, msg) -> None:
+        # Called from poll()/flush() in the caller's thread.
         if err is None:
             self.delivered += 1
             if self.reporter is not None and self.reporter.in_trouble:
                 self.reporter.recovered()
-        elif len(self.failed) < 10:
-            self.failed.append(f"topic {msg.topic()!r} partition {msg.partition()}: {err}")
+            return
+        self.n_failed += 1
+        if len(self.failed) < self._MAX_ERRORS_KEPT:
+            partition = msg.partition()
+            where = partition if partition is not None and partition >= 0 else "(unassigned)"
+            self.failed.append(f"Kafka delivery to topic {msg.topic() or self.topic!r} partition {where} failed: {err}")
 
-    def produce(self, value: bytes, key: bytes | None = None) -> None:
+    def produce(self, value: bytes, key: bytes | None = None, partition: int | None = None) -> None:
+        """Queue one message (waits while the local queue is full)."""
+        kwargs = {} if partition is None else {"partition": partition}
         while True:
             try:
-                self.producer.produce(self.topic, value=value, key=key, on_delivery=self._report)
+                self.producer.produce(self.topic, value=value, key=key, on_delivery=self._report, **kwargs)
                 return
             except BufferError:  # local queue full: serve delivery reports, retry
                 self.producer.poll(0.05)
+                self.check()
+            except KafkaException as exc:
+                raise KafkaDeliveryError(f"Kafka delivery to topic {self.topic!r} failed: {exc}") from exc
+
+    def produce_values(self, values: Iterable[bytes]) -> None:
+        """Queue unkeyed values, the common case without the general path's calls."""
+        produce, topic, report = self.producer.produce, self.topic, self._report
+        for value in values:
+            try:
+                produce(topic, value, on_delivery=report)
+            except (BufferError, KafkaException):
+                self.produce(value)  # not queued: the general path waits or raises
+        self.producer.poll(0)
+
+    def poll(self) -> None:
+        """Serve delivery reports now; raise if any failed."""
+        self.producer.poll(0)
+        self.check()
+
+    def check(self) -> None:
+        """KafkaDeliveryError if any message failed since the last check."""
+        if self.n_failed:
+            detail, more = self.failed[0], self.n_failed - 1
+            self.failed, self.n_failed = [], 0
+            extra = f" (and {more} more messages failed)" if more else ""
+            raise KafkaDeliveryError(f"{detail}{extra}")
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait for every message (at most ``timeout`` seconds; None: until
@@ -61,7 +106,7 @@ class KafkaWriter:
         start = time.monotonic()
         next_report = start + self.report_every
         left = self.producer.flush(min(1.0, timeout) if timeout is not None else 1.0)
-        while left and not self.failed:
+        while left and not self.n_failed:
             now = time.monotonic()
             if timeout is not None and now - start >= timeout:
                 break
@@ -70,7 +115,41 @@ class KafkaWriter:
                 log.warning("Kafka has not acknowledged %d messages to %r for %.0f s; waiting (librdkafka retries "
                             "with back-off until message.timeout.ms)", left, self.topic, now - start)
             left = self.producer.flush(1.0)
-        if self.failed or left:
-            detail = self.failed[0] if self.failed else f"{left} messages still queued after {timeout:.0f} s"
-            self.failed = []
-            raise KafkaDeliveryError(f"Kafka delivery failed: {detail}")
+        self.check()
+        if left:
+            raise KafkaDeliveryError(f"Kafka delivery to topic {self.topic!r} failed: {left} messages still "
+                                     f"queued after {timeout:.0f} s")
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Flush (at most ``timeout`` seconds) and destroy the client."""
+        producer, self.producer = self.producer, None
+        if producer is None:
+            return
+        try:
+            producer.flush(timeout)
+        finally:
+            producer.close() if hasattr(producer, "close") else None
+
+
+def produce_stream(writer: KafkaWriter, values: Iterable[bytes], *, partitions: int = 1,
+                   rate: Optional[float] = None, progress=None) -> int:
+    """Write ``values`` round-robin over ``partitions`` (in order within
+    each), paced to ``rate`` messages/s if given; ``progress.update(n)``
+    (e.g. a tqdm bar) is told as it goes. Returns the count; raises on any
+    failed delivery."""
+    start = time.monotonic()
+    count = 0
+    for count, value in enumerate(values, 1):
+        if rate:
+            ahead = (count - 1) / rate - (time.monotonic() - start)
+            if ahead > 0:
+                time.sleep(ahead)
+        writer.produce(value, partition=(count - 1) % partitions)
+        if count % 1000 == 0:
+            writer.poll()
+            if progress is not None:
+                progress.update(1000)
+    writer.flush(60)
+    if progress is not None:
+        progress.update(count % 1000)
+    return count

@@ -47,7 +47,7 @@ def screen(codec, value, loss: str, n_classes: int | None, *, max_index: int = D
 
 
 def dead_letter(msg, reason: str, detail: str) -> dict:
-    """The DeadLetter record of a Kafka message (``pipelines.kafka_io.KafkaMessage``)."""
+    """The DeadLetter record of a Kafka message (``pipelines.kafka.consumer.KafkaMessage``)."""
     detail = detail if len(detail) <= 2000 else detail[:2000] + "..."  # error texts can quote the input
     original = msg.value if msg.value is not None else b""
     if len(original) > MAX_ORIGINAL_BYTES:

@@ -1,11 +1,18 @@
-"""Decoded ``Event`` records (schemas/event.avsc) as learner input rows."""
+"""``Event`` records (schemas/event.v2.avsc): decoded ones as learner input
+rows, and new ones made from arrays, data files and generated data (for
+``scinol produce`` and the demo). Event ids are stable (the same file gives
+the same ids), so predictions can be joined back to rows."""
 
 from __future__ import annotations
 
 import math
+import os
+import time
+from typing import Iterator
 
 import numpy as np
 
+from learners.datasets import toy_examples
 from learners.hashing import FeatureHasher
 
 
@@ -39,3 +46,41 @@ def event_rows(events: list[dict], hasher: FeatureHasher):
         y[i] = math.nan if label is None else label
     return (np.array(indptr, dtype=np.int64), np.array(indices, dtype=np.int64),
             np.array(data, dtype=np.float64), y)
+
+
+def dense_events(X: np.ndarray, y, id_prefix: str, model: str = "default",
+                 start_ms: int | None = None) -> Iterator[dict]:
+    """One Event per row of X (labels y; NaN = unlabelled)."""
+    start_ms = int(time.time() * 1000) if start_ms is None else start_ms
+    for i, (row, label) in enumerate(zip(np.asarray(X, dtype=float).tolist(), np.asarray(y, dtype=float).tolist())):
+        yield {"id": f"{id_prefix}{i}", "timestamp": start_ms + i, "model": model,
+               "features": {"values": row}, "label": None if label != label else label, "weight": None}
+
+
+def file_events(reader, model: str = "default", passes: int = 1) -> Iterator[dict]:
+    """Events from a :mod:`pipelines.records.datafiles` reader: CSV rows as dense
+    features, libsvm rows as sparse ones; ids ``<file>:<line>``."""
+    name = os.path.basename(reader.path)
+    dense = reader.n_features is not None
+    for p in range(passes):
+        suffix = f"#{p}" if passes > 1 else ""
+        for batch in reader.batches():
+            now = int(time.time() * 1000)
+            for i in range(batch.y.shape[0]):
+                lo, hi = batch.indptr[i], batch.indptr[i + 1]
+                idx, val = batch.indices[lo:hi], batch.data[lo:hi]
+                if dense:
+                    row = np.zeros(reader.n_features)
+                    row[idx] = val
+                    features = {"values": row.tolist()}
+                else:
+                    features = {"indices": idx.tolist(), "values": val.tolist()}
+                yield {"id": f"{name}:{int(batch.lines[i])}{suffix}", "timestamp": now, "model": model,
+                       "features": features, "label": float(batch.y[i]), "weight": None}
+
+
+def generated_events(name: str, n: int, seed: int, model: str = "default") -> Iterator[dict]:
+    if name != "toy":
+        raise ValueError(f"unknown generator {name!r}; available: toy")
+    X, y = toy_examples(n, seed)
+    return dense_events(X, y, f"toy-{seed}-", model)

@@ -12,7 +12,8 @@ import uuid
 import apache_beam as beam
 
 from pipelines.state.cuts import CutStore
-from pipelines.kafka_io import UNBOUNDED_STOP, ReadFromKafkaRanges, WriteToKafka, resolve_ranges
+from pipelines.beam_io import ReadFromKafkaRanges, WriteToKafka
+from pipelines.kafka.consumer import UNBOUNDED_STOP, resolve_ranges
 from pipelines.sharded.protocol import FeedbackWatch
 from pipelines.sharded.transforms import (CombineStep, DecodeShardedInput, FeedbackFaults, RouteEvents, ShardedConfig,
                                  ShardStep, skip_record)

@@ -42,7 +42,7 @@ from learners.sharding import Shard, shards_of
 from learners.state import LearnerState
 
 from pipelines.records.events import event_rows
-from pipelines.kafka_io import StopRule
+from pipelines.kafka.consumer import KafkaMessage, StopRule
 from pipelines.records.predictions import ProgressiveMetrics, prediction_record, readings
 
 log = logging.getLogger(__name__)
@@ -389,7 +389,6 @@ class FeedbackWatch(StopRule):
         return True
 
     def _control(self, topic, partition, checkpoint: bool) -> list:
-        from pipelines.kafka_io import KafkaMessage
 
         out = []
         for model, seq in sorted(self._last_seq.items()):

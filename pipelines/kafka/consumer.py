@@ -1,0 +1,368 @@
+"""Reading Kafka without Beam: consumer settings, the offset ranges a read
+covers, a reader of one partition, and reading a topic from its start.
+
+Every consumer the project makes is configured by :func:`consumer_settings`:
+
+* ``enable.auto.commit=false`` and ``enable.auto.offset.store=false``:
+  offsets are committed only by the reader's owner (the Beam source commits
+  from bundle finalizers, after the runner has durably committed the output);
+* ``enable.partition.eof=true``: how the end of a partition is seen;
+* ``session.timeout.ms=6000``; ``auto.offset.reset=earliest`` (only reached
+  when a start offset is below the log start);
+* ``fetch.queue.backoff.ms=10``: librdkafka backs a partition's fetcher off
+  for this long once its local queue is full; its 1000 ms default drains the
+  queue and stalls a reader slower than the fetcher (measured: ~1.2 s per
+  200k messages);
+* ``socket.timeout.ms=10000``: a paused or hung broker is noticed in 10 s,
+  not librdkafka's 60;
+* ``fetch.wait.max.ms=20``: a consumer that has caught up sends fetches the
+  broker may hold this long even when new data arrives (tansu does), so the
+  500 ms default would be the floor of the pipeline's latency.
+
+``config`` overrides all but the commit and EOF settings (TLS, SASL, fetch
+sizes...). Consumers use ``assign`` (no group membership or rebalancing):
+a group id is only an offset store.
+
+End offsets are learnt from a fetch, not from ListOffsets LATEST: the
+embedded tansu broker answers that request wrongly; the fetch answer is
+right on tansu and on Apache Kafka alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import uuid
+from typing import Iterator, NamedTuple, Optional
+
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, TopicPartition
+
+from .health import with_error_reporting
+
+log = logging.getLogger(__name__)
+
+UNBOUNDED_STOP = sys.maxsize
+"""The ``stop`` of a range without an end."""
+
+
+class KafkaMessage(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int  # -1 when the broker gave no timestamp
+    key: Optional[bytes]
+    value: bytes
+
+
+class StopRule:
+    """Ends the read of one partition on a condition of its content: a
+    picklable prototype, copied once per partition per reader. ``observe``
+    sees each batch after it was emitted; ``idle`` is asked when a poll
+    found nothing. Either returning True ends the read there, after
+    emitting ``last_batch()`` if it is not empty (a closing message of the
+    rule's own making, e.g. an end-of-input marker for what follows)."""
+
+    def observe(self, batch: list) -> bool:
+        return False
+
+    def idle(self) -> bool:
+        return False
+
+    def last_batch(self, topic: str, partition: int) -> list:
+        return []
+
+    def heartbeat(self, topic: str, partition: int) -> list:
+        """Asked when a poll found nothing and the read goes on: messages of
+        the rule's own making to emit now (e.g. to wake what follows)."""
+        return []
+
+
+class PartitionRange(NamedTuple):
+    """A partition and the offsets ``[start, stop)`` to read from it
+    (``stop`` = :data:`UNBOUNDED_STOP`: no end), fixed before a read starts."""
+    topic: str
+    partition: int
+    start: int
+    stop: int
+    stop_rule: Optional[StopRule] = None
+
+
+def consumer_settings(bootstrap: str, group_id: Optional[str] = None, config: Optional[dict] = None) -> dict:
+    """librdkafka settings for every consumer (see the module docstring)."""
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "session.timeout.ms": 6000,
+        "auto.offset.reset": "earliest",
+        "fetch.queue.backoff.ms": 10,
+        "socket.timeout.ms": 10000,
+        "fetch.wait.max.ms": 20,
+    }
+    conf.update(config or {})
+    conf["enable.auto.commit"] = False
+    conf["enable.auto.offset.store"] = False
+    conf["enable.partition.eof"] = True
+    if group_id is not None:
+        conf["group.id"] = group_id
+    elif "group.id" not in conf:
+        # librdkafka wants a group id for some requests even with assign();
+        # a private one commits nothing.
+        conf["group.id"] = f"scinol-{uuid.uuid4().hex}"
+    return conf
+
+
+def fatal_consume_error(err) -> bool:
+    """Errors that retrying cannot cure: stop the read and say so."""
+    if err.fatal():
+        return True
+    return err.code() in (
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError._AUTO_OFFSET_RESET,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError._AUTHENTICATION,
+        KafkaError._SSL,
+    )
+
+
+class TopicMissing(RuntimeError):
+    """The topic does not exist (or has no partitions) on the cluster."""
+
+
+def topic_partitions(client, topic: str, bootstrap: str, timeout: float = 30.0) -> list[int]:
+    """The partitions of ``topic``, sorted, from a consumer's or admin's metadata."""
+    md = client.list_topics(topic, timeout=timeout)
+    tmd = md.topics.get(topic)
+    if tmd is None or tmd.error is not None or not tmd.partitions:
+        raise TopicMissing(f"Kafka topic {topic!r} at {bootstrap} is not available: "
+                           f"{getattr(tmd, 'error', None) or 'no partitions'}")
+    return sorted(tmd.partitions)
+
+
+def end_offsets_by_fetch(consumer, topic: str, starts: dict[int, int], timeout: float,
+                         bootstrap: str) -> dict[int, int]:
+    """The end offset (high watermark) of each partition in ``starts`` as a
+    fetch from that start reports it (an EOF or a message answers it)."""
+    consumer.assign([TopicPartition(topic, p, off) for p, off in starts.items()])
+    pending = set(starts)
+    deadline = time.monotonic() + timeout
+    while pending:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no fetch answer from {topic} partitions {sorted(pending)} within "
+                               f"{timeout:.0f} s (broker {bootstrap})")
+        for m in consumer.consume(1000, timeout=0.1):
+            err = m.error()
+            if err is None or err.code() == KafkaError._PARTITION_EOF:
+                pending.discard(m.partition())
+            elif fatal_consume_error(err):
+                raise RuntimeError(f"Kafka error on {topic}[{m.partition()}]: {err}")
+    highs = {}
+    for p in starts:
+        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)
+        if high < 0:  # not reported by the fetch: should not happen after a message or EOF
+            raise RuntimeError(f"no high watermark for {topic}[{p}] after fetching")
+        highs[p] = high
+    consumer.unassign()
+    return highs
+
+
+def _start_offsets(consumer, topic, partitions, given, group_id, timeout) -> dict[int, int]:
+    """Given offsets, else the group's committed ones, else the log start."""
+    unknown = set(given) - set(partitions)
+    if unknown:
+        raise ValueError(f"start_offsets names partitions {sorted(unknown)} that topic "
+                         f"{topic!r} does not have (it has {partitions})")
+    starts: dict[int, int] = {}
+    for p, off in given.items():
+        if off < 0:
+            raise ValueError(f"start_offsets[{p}] = {off}: give a concrete offset (>= 0)")
+        starts[p] = int(off)
+    need = [TopicPartition(topic, p) for p in partitions if p not in starts]
+    if group_id is not None and need:
+        for tp in consumer.committed(need, timeout=timeout):
+            if tp.error is not None:
+                raise RuntimeError(f"cannot fetch committed offset of {topic}[{tp.partition}] "
+                                   f"for group {group_id!r}: {tp.error}")
+            if tp.offset >= 0:
+                starts[tp.partition] = tp.offset
+    for p in partitions:
+        if p not in starts:
+            low, _high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout, cached=False)
+            starts[p] = max(0, low)
+    return starts
+
+
+def resolve_ranges(bootstrap: str, topic: str, *, bounded: bool, group_id: Optional[str] = None,
+                   start_offsets: Optional[dict[int, int]] = None, consumer_config: Optional[dict] = None,
+                   stop_after: Optional[int] = None, timeout: float = 30.0,
+                   start_at_end: bool = False) -> list[PartitionRange]:
+    """Each partition of ``topic`` and the offsets to read:
+
+    * ``start``: ``start_offsets[partition]`` if given, else the group's
+      committed offset, else the log start; ``start_at_end``: partitions
+      without a given start begin at their current end (read what comes next);
+    * ``stop``: bounded, the end offset seen now (by a fetch); unbounded,
+      :data:`UNBOUNDED_STOP`; ``stop_after=N`` caps either at ``start + N``,
+      the first N offsets of each partition (per partition, not a total:
+      a total would depend on scheduling).
+    """
+    # A fetch at the end of a partition is held by the broker for
+    # fetch.wait.max.ms before it answers: keep that short where it only delays the start.
+    conf, _ = with_error_reporting(consumer_settings(bootstrap, group_id, {"fetch.wait.max.ms": 50,
+                                                                           **(consumer_config or {})}),
+                                   f"consumer resolving {topic!r}")
+    consumer = Consumer(conf)
+    given = dict(start_offsets or {})
+    try:
+        partitions = topic_partitions(consumer, topic, bootstrap, timeout)
+        starts = _start_offsets(consumer, topic, partitions, given, group_id, timeout)
+        if start_at_end:
+            ends = end_offsets_by_fetch(consumer, topic, starts, timeout, bootstrap)
+            starts = {p: starts[p] if p in given else ends[p] for p in partitions}
+        if bounded:
+            stops = end_offsets_by_fetch(consumer, topic, starts, timeout, bootstrap)
+        else:
+            stops = {p: UNBOUNDED_STOP for p in partitions}
+    finally:
+        consumer.close()
+    ranges = []
+    for p in partitions:
+        start = starts[p]
+        if start > stops[p]:
+            log.warning("kafka %s[%d]: start offset %d is past the end offset %d; reading nothing there",
+                        topic, p, start, stops[p])
+        stop = max(start, stops[p])
+        if stop_after is not None:
+            stop = min(stop, start + stop_after)
+        ranges.append(PartitionRange(topic, p, start, stop))
+    return ranges
+
+
+class Polled(NamedTuple):
+    """What one poll of a partition gave."""
+    batch: list  # KafkaMessage, in offset order
+    newest_ts: int  # newest message timestamp (ms), -1 if none had one
+    reached_end: bool  # the broker said there is nothing more for now (EOF)
+    eof_at: Optional[int]  # the fetch position the EOF reported
+    answered: bool  # the poll returned anything at all (messages or events)
+
+
+class PartitionReader:
+    """A consumer assigned to one partition, and where it reads next."""
+
+    def __init__(self, bootstrap: str, topic: str, partition: int, group_id: Optional[str] = None,
+                 config: Optional[dict] = None, error_counter=None):
+        self.topic, self.partition = topic, partition
+        self.bootstrap, self.group_id, self.config = bootstrap, group_id, config
+        conf, self.reporter = with_error_reporting(consumer_settings(bootstrap, group_id, config),
+                                                   f"consumer of {topic}[{partition}]", error_counter)
+        self.consumer = Consumer(conf)
+        self.position: Optional[int] = None
+        """The offset the next poll returns from; None: unknown (seek first)."""
+
+    def seek(self, offset: int) -> None:
+        if self.position != offset:
+            # (Re)assigning drops whatever was prefetched and fetches from `offset`.
+            self.consumer.assign([TopicPartition(self.topic, self.partition, offset)])
+            self.position = offset
+
+    def poll(self, want: int, timeout: float) -> Polled:
+        """Up to ``want`` messages: what is already fetched at once, else
+        wait up to ``timeout`` for the first one only (waiting for all of
+        them would add ``timeout`` of latency to every batch not full)."""
+        msgs = self.consumer.consume(want, timeout=0)
+        if not msgs:
+            msgs = self.consumer.consume(1, timeout=timeout)
+            if msgs and want > 1:
+                msgs += self.consumer.consume(want - 1, timeout=0)
+        polled = self._sort(msgs)
+        if (polled.batch or polled.reached_end) and self.reporter is not None and self.reporter.in_trouble:
+            self.reporter.recovered()
+        return polled
+
+    def _sort(self, msgs) -> Polled:
+        topic, partition = self.topic, self.partition
+        new_tuple = tuple.__new__  # KafkaMessage(...) without the namedtuple's Python-level __new__
+        batch, newest_ts, reached, eof_at = [], -1, False, None
+        for m in msgs:
+            err = m.error()
+            if err is None:
+                ts_type, ts = m.timestamp()
+                if ts_type == TIMESTAMP_NOT_AVAILABLE:
+                    ts = -1
+                elif ts > newest_ts:
+                    newest_ts = ts
+                batch.append(new_tuple(KafkaMessage, (topic, partition, m.offset(), ts, m.key(), m.value())))
+            elif err.code() == KafkaError._PARTITION_EOF:
+                reached, eof_at = True, m.offset()
+            elif fatal_consume_error(err):
+                raise RuntimeError(f"Kafka consumer error on {topic}[{partition}]: {err}")
+            else:
+                log.warning("Kafka consumer error on %s[%d] (retrying): %s", topic, partition, err)
+        return Polled(batch, newest_ts, reached, eof_at, bool(msgs))
+
+    def commit(self, next_offset: int) -> None:
+        """Store ``next_offset`` (the next one to read) for the group."""
+        commit_offset(self.consumer, self.topic, self.partition, next_offset)
+
+    def close(self) -> None:
+        try:
+            self.consumer.close()
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass
+
+
+def commit_offset(consumer, topic: str, partition: int, next_offset: int) -> None:
+    consumer.commit(offsets=[TopicPartition(topic, partition, next_offset)], asynchronous=False)
+
+
+def read_topic(bootstrap: str, topic: str, *, start="beginning", partitions: Optional[list[int]] = None,
+               limit: Optional[int] = None, idle_timeout: float = 10.0, timeout: Optional[float] = None,
+               config: Optional[dict] = None) -> Iterator[KafkaMessage]:
+    """Messages of ``topic`` (or of ``partitions``) from ``start`` of each
+    partition: ``"beginning"``, ``"end"`` (only what arrives from now) or an
+    offset. Stops after ``limit`` messages, ``idle_timeout`` seconds without
+    one (None: never), ``timeout`` seconds in all, or when the caller stops
+    iterating. Errors that retrying cannot cure raise."""
+    consumer = Consumer(consumer_settings(bootstrap, None, config))
+    try:
+        if partitions is None:
+            partitions = topic_partitions(consumer, topic, bootstrap, timeout=10.0)
+        consumer.assign([TopicPartition(topic, p, _start_offset(start)) for p in partitions])
+        yield from _consume(consumer, topic, limit, idle_timeout, timeout)
+    finally:
+        consumer.close()
+
+
+def _start_offset(start) -> int:
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
+
+    if start == "beginning":
+        return OFFSET_BEGINNING
+    if start == "end":
+        return OFFSET_END
+    if isinstance(start, int) and start >= 0:
+        return start
+    raise ValueError(f"start must be 'beginning', 'end' or an offset >= 0, not {start!r}")
+
+
+def _consume(consumer, topic, limit, idle_timeout, timeout) -> Iterator[KafkaMessage]:
+    count, now = 0, time.monotonic()
+    last, deadline = now, None if timeout is None else now + timeout
+    while limit is None or count < limit:
+        now = time.monotonic()
+        if (idle_timeout is not None and now - last > idle_timeout) or (deadline is not None and now > deadline):
+            return
+        for m in consumer.consume(min(5000, limit - count) if limit else 5000, timeout=0.2):
+            err = m.error()
+            if err is None:
+                last = time.monotonic()
+                ts_type, ts = m.timestamp()
+                count += 1
+                yield KafkaMessage(topic, m.partition(), m.offset(), -1 if ts_type == TIMESTAMP_NOT_AVAILABLE else ts,
+                                   m.key(), m.value())
+            elif err.code() != KafkaError._PARTITION_EOF and fatal_consume_error(err):
+                raise RuntimeError(f"Kafka consumer error on {topic}[{m.partition()}]: {err}")
