@@ -26,7 +26,8 @@ from pipelines.bench.pipeline_speed import sparse_events, throughput
 from pipelines.kafka.broker import EmbeddedBroker
 from pipelines.records.events import dense_events
 from pipelines.records.topics import produce_events
-from pipelines.exact.pipeline import RunConfig, run
+from pipelines.config import RunConfig
+from pipelines.launch import run
 from pipelines.records.topics import read_records
 
 

@@ -29,7 +29,8 @@ from pipelines.kafka.broker import EmbeddedBroker
 from pipelines.records.events import dense_events
 from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.records.topics import produce_events
-from pipelines.exact.pipeline import RunConfig, run
+from pipelines.config import RunConfig
+from pipelines.launch import run
 from pipelines.records.topics import read_records
 
 SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")

@@ -13,7 +13,8 @@ from apache_beam.pvalue import TaggedOutput
 from pipelines.records.dead_letters import MAX_ORIGINAL_BYTES
 from pipelines.beam_io import KafkaMessage
 from pipelines.exact.model_runner import ModelRunner
-from pipelines.exact.transforms import DecodeEvents, LearnerConfig
+from pipelines.config import LearnerConfig, RunConfig
+from pipelines.steps import DecodeEvents
 from schemas.codec import REASONS, Codec, schema_id
 
 _CODEC = Codec()
@@ -130,7 +131,7 @@ def corpus(n: int, seed: int) -> list[bytes]:
 # --------------------------------------------------------------------------- the invariant
 
 def decoder(**limits) -> DecodeEvents:
-    fn = DecodeEvents("logistic", None, **limits)
+    fn = DecodeEvents(RunConfig("unused:9092", "events", "predictions", **limits))
     fn.setup()
     return fn
 
@@ -176,7 +177,8 @@ def fuzz_through_pipeline(bootstrap: str, topic: str, values: list, checkpoint_d
 
     from pipelines.records.dead_letters import screen
     from pipelines.kafka.admin import KafkaAdmin, TopicSpec
-    from pipelines.exact.pipeline import RunConfig, run
+    from pipelines.config import RunConfig
+    from pipelines.launch import run
     from trialkit import read_topic
 
     KafkaAdmin(bootstrap).ensure_topics([TopicSpec(topic, 1)])

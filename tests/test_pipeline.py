@@ -15,7 +15,8 @@ from pipelines.state.checkpoints import CheckpointStore
 from pipelines.records.events import dense_events
 from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.records.topics import produce_events
-from pipelines.exact.pipeline import RunConfig, run
+from pipelines.config import RunConfig
+from pipelines.launch import run
 from pipelines.records.topics import read_records
 from schemas.codec import Codec
 from trialkit import read_topic

@@ -266,7 +266,7 @@ def run_cli(*args, timeout=120):
 def test_secrets_never_reach_logs_or_errors(kafka_bootstrap, topic_name, tmp_path):
     from pipelines.records.events import generated_events
     from pipelines.records.topics import produce_events
-    from pipelines.exact.pipeline import RunConfig
+    from pipelines.config import RunConfig
 
     produce_events(kafka_bootstrap, topic_name, generated_events("toy", 200, 0), progress=False)
     secrets = ["--kafka-config", f"sasl.password={SECRET}", "--kafka-config", f"ssl.key.password={SECRET}",

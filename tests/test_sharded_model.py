@@ -11,7 +11,7 @@ from learners.datasets import toy_examples
 from learners.sharding import ShardedLearner
 from pipelines.records.events import dense_events
 from pipelines.sharded.protocol import Combiner, Router, ShardRunner
-from pipelines.exact.transforms import Position
+from pipelines.steps import Position
 
 
 def stream(n, seed=0, unlabelled_every=7):

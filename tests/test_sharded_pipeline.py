@@ -12,7 +12,7 @@ from learners import make_learner
 from pipelines.state.cuts import CutStore
 from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.records.topics import produce_events
-from pipelines.exact.pipeline import run
+from pipelines.launch import run
 from pipelines.sharded.transforms import FeedbackFaults
 from pipelines.records.topics import read_records
 from schemas.codec import Codec

@@ -59,9 +59,10 @@ def plain_loop(bootstrap, topic, n):
 def throughput(broker, name, events, n):
     """(pipeline events/s, plain-loop events/s) over the same n events in one partition."""
     from pipelines.records.topics import produce_events
-    from pipelines.exact.pipeline import RunConfig, run
+    from pipelines.config import RunConfig
+    from pipelines.launch import run
     from pipelines.records.topics import read_records
-    from pipelines.exact.transforms import LearnerConfig
+    from pipelines.config import LearnerConfig
 
     topic = f"bench.{name}"
     produce_events(broker.bootstrap, topic, events, partitions=1, total=n, progress=False)

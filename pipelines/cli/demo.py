@@ -55,9 +55,10 @@ def run_demo(out_dir: str = "scinol-demo", passes: int = 20, keep_broker: bool =
     from pipelines.kafka.broker import EmbeddedBroker
     from pipelines.records.events import dense_events
     from pipelines.records.topics import produce_events
-    from pipelines.exact.pipeline import RunConfig, run
+    from pipelines.config import RunConfig
+    from pipelines.launch import run
     from pipelines.records.topics import read_records
-    from pipelines.exact.transforms import LearnerConfig
+    from pipelines.config import LearnerConfig
 
     started = time.monotonic()
     os.makedirs(out_dir, exist_ok=True)

@@ -26,9 +26,9 @@ def input_limits(args) -> dict:
 
 
 def run(args) -> int:
-    from pipelines.exact.pipeline import RunConfig
-    from pipelines.exact.pipeline import run as run_pipeline
-    from pipelines.exact.transforms import LearnerConfig
+    from pipelines.config import RunConfig
+    from pipelines.launch import run as run_pipeline
+    from pipelines.config import LearnerConfig
 
     learner = LearnerConfig(args.learner or "scinol2", args.loss or "logistic", parse_params(args.param),
                             args.n_classes, not args.no_bias, args.hash_bits, args.loss_param)

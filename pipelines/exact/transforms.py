@@ -1,4 +1,4 @@
-"""The exact-mode pipeline's Beam transforms (DESIGN.md §3).
+"""The exact-mode pipeline's Beam transforms.
 
     Kafka events ─► ReadFromKafka ─► DecodeEvents ─bad─► dead letters ─► <topic>.dlq
                                          │ (model, [(message, event), ...])
@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam.coders import VarIntCoder
@@ -28,72 +27,16 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.transforms.window import GlobalWindow
 
-from learners import make_learner
-
+from pipelines.config import RunConfig
+from pipelines.kafka.producer import KafkaWriter
 from pipelines.state.checkpoints import CheckpointStore, checkpoint_record
-from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES, dead_letter, screen
-from pipelines.exact.model_runner import ModelRunner
+from pipelines.steps import NAMESPACE
+
+from schemas.codec import Codec
+
+from .model_runner import ModelRunner
 
 log = logging.getLogger(__name__)
-NAMESPACE = "scinol"
-
-
-class Position(NamedTuple):
-    """Where an event came from: what a checkpoint's offsets refer to."""
-
-    topic: str
-    partition: int
-    offset: int
-
-
-class LearnerConfig(NamedTuple):
-    learner: str = "scinol2"
-    loss: str = "logistic"
-    params: dict = {}
-    n_classes: int | None = None
-    bias: bool = True
-    hash_bits: int = 18
-    loss_param: float | None = None
-
-    def make(self):
-        return make_learner(self.learner, self.loss, n_classes=self.n_classes, bias=self.bias,
-                            hash_bits=self.hash_bits, loss_param=self.loss_param, **self.params)
-
-
-class DecodeEvents(beam.DoFn):
-    """A batch of Kafka messages → per-model batches of valid events; every
-    message that is not a valid Event becomes a DeadLetter record (tag
-    ``dead``) with its reason, original bytes, topic, partition and offset."""
-
-    DEAD = "dead"
-
-    def __init__(self, loss: str, n_classes: int | None, registry_url: str | None = None, *,
-                 max_index: int = DEFAULT_MAX_INDEX, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
-        self.loss, self.n_classes, self.registry_url = loss, n_classes, registry_url
-        self.max_index, self.max_message_bytes = max_index, max_message_bytes  # see pipelines.records.dead_letters
-
-    def setup(self):
-        from schemas.codec import Codec, DecodeError, validate_event
-
-        self.codec = Codec(self.registry_url)
-        self.decode_error, self.validate = DecodeError, validate_event
-        self.events = Metrics.counter(NAMESPACE, "events")
-        self.dead = Metrics.counter(NAMESPACE, "dead_letters")
-
-    def process(self, batch):
-        by_model: dict[str, list] = {}
-        for msg in batch:
-            event, problem = screen(self.codec, msg.value, self.loss, self.n_classes, max_index=self.max_index,
-                                    max_message_bytes=self.max_message_bytes)
-            if problem is not None:
-                self.dead.inc()
-                Metrics.counter(NAMESPACE, f"dead_letters_{problem[0]}").inc()
-                yield beam.pvalue.TaggedOutput(self.DEAD, dead_letter(msg, *problem))
-                continue
-            by_model.setdefault(event["model"], []).append((Position(msg.topic, msg.partition, msg.offset), event))
-        self.events.inc(len(batch))
-        yield from by_model.items()
-
 
 class LearnModels(beam.DoFn):
     """Stateful, keyed by model name: one :class:`ModelRunner` per model, so
@@ -113,24 +56,15 @@ class LearnModels(beam.DoFn):
     EVENTS = ReadModifyWriteStateSpec("events", VarIntCoder())
     END = TimerSpec("end", TimeDomain.WATERMARK)
 
-    def __init__(self, config: LearnerConfig, checkpoint_dir: str | None, every_events: int | None,
-                 every_seconds: float | None, progress_seconds: float | None = 5.0, *, bootstrap: str,
-                 predictions_topic: str, kafka_config: dict | None = None, registry_url: str | None = None):
-        self.config, self.checkpoint_dir = config, checkpoint_dir
-        self.bootstrap, self.predictions_topic = bootstrap, predictions_topic
-        self.kafka_config, self.registry_url = dict(kafka_config or {}), registry_url
-        self.every_events, self.every_seconds = every_events, every_seconds
-        self.progress_seconds = progress_seconds
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
 
     def setup(self):
         self.runners: dict[str, ModelRunner] = {}
-        self.store = CheckpointStore(self.checkpoint_dir) if self.checkpoint_dir else None
-        from schemas.codec import Codec
-
-        from pipelines.kafka.producer import KafkaWriter
-
-        self.codec = Codec(self.registry_url)
-        self.writer = KafkaWriter(self.bootstrap, self.predictions_topic, self.kafka_config)
+        cfg = self.cfg
+        self.store = CheckpointStore(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+        self.codec = Codec(cfg.registry_url)
+        self.writer = KafkaWriter(cfg.bootstrap, cfg.predictions_topic, cfg.kafka_config)
         self.predictions = Metrics.counter(NAMESPACE, "predictions")
         self.started = time.monotonic()
         self.last_report = self.started
@@ -138,8 +72,8 @@ class LearnModels(beam.DoFn):
     def _runner(self, model: str) -> ModelRunner:
         runner = self.runners.get(model)
         if runner is None:
-            runner = self.runners[model] = ModelRunner(model, self.config.make, self.store, self.every_events,
-                                                       self.every_seconds)
+            runner = self.runners[model] = ModelRunner(model, self.cfg.learner.make, self.store,
+                                                       self.cfg.checkpoint_every, self.cfg.checkpoint_seconds)
             if runner.restored_from:
                 log.warning("model %r restored from %s (%d events)", model, runner.restored_from, runner.events)
         return runner
@@ -169,6 +103,9 @@ class LearnModels(beam.DoFn):
     def finish_bundle(self):
         self.writer.flush()
 
+    def teardown(self):
+        self.writer.close()
+
     @on_timer(END)
     def at_end(self, key=beam.DoFn.KeyParam):
         runner = self.runners.get(key)
@@ -179,7 +116,8 @@ class LearnModels(beam.DoFn):
     def _report(self, force: bool = False):
         """One console line every few seconds: events/s and progressive loss."""
         now = time.monotonic()
-        if self.progress_seconds is None or (not force and now - self.last_report < self.progress_seconds):
+        every = self.cfg.progress_seconds
+        if every is None or (not force and now - self.last_report < every):
             return
         self.last_report = now
         total = sum(r.events for r in self.runners.values())
@@ -189,20 +127,3 @@ class LearnModels(beam.DoFn):
             acc = "" if r.accuracy is None else f" acc {r.accuracy:.4f}"
             parts.append(f"{name}: {r.events} events, loss {r.mean_loss:.4f}{acc}")
         print(f"[scinol] {rate:,.0f} events/s | " + " | ".join(parts), file=sys.stderr, flush=True)
-
-
-class EncodeRecords(beam.DoFn):
-    """Records → Confluent-framed Avro bytes, batched for the sink; ``key``
-    names the field used as the Kafka key (None: no key)."""
-
-    def __init__(self, record_type: str, key: str | None = None, registry_url: str | None = None):
-        self.record_type, self.key, self.registry_url = record_type, key, registry_url
-
-    def setup(self):
-        from schemas.codec import Codec
-
-        self.codec = Codec(self.registry_url)
-
-    def process(self, record):
-        value = self.codec.encode(self.record_type, record)
-        yield (record[self.key].encode() if self.key else None, value)

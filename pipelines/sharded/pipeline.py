@@ -11,13 +11,15 @@ import uuid
 
 import apache_beam as beam
 
-from pipelines.state.cuts import CutStore
 from pipelines.beam_io import ReadFromKafkaRanges, WriteToKafka
+from pipelines.config import RunConfig
 from pipelines.kafka.consumer import UNBOUNDED_STOP, resolve_ranges
-from pipelines.sharded.protocol import FeedbackWatch
-from pipelines.sharded.transforms import (CombineStep, DecodeShardedInput, FeedbackFaults, RouteEvents, ShardedConfig,
-                                 ShardStep, skip_record)
-from pipelines.exact.transforms import EncodeRecords
+from pipelines.state.resume import resume_sharded
+from pipelines.steps import EncodeRecords
+
+from .protocol import FeedbackWatch
+from .transforms import (CombineStep, DecodeShardedInput, FeedbackFaults, RouteEvents, ShardedRun, ShardStep,
+                         skip_record)
 
 log = logging.getLogger(__name__)
 
@@ -37,28 +39,6 @@ def check_shardable(cfg) -> None:
         raise ValueError(f"--max-staleness must be >= 0, not {cfg.max_staleness}")
 
 
-def resume_cuts(cfg) -> tuple[dict[str, int], dict[int, int]]:
-    """({model: cut seq}, {partition: first offset to read}) from the newest
-    complete cut of each model; a cut made with another shard count is refused."""
-    if not cfg.checkpoint_dir:
-        return {}, {}
-    store = CutStore(cfg.checkpoint_dir)
-    resume, starts = {}, {}
-    for model in store.models():
-        cut = store.latest(model, cfg.shards)
-        if cut is None:
-            others = store.shard_counts(model) - {cfg.shards}
-            if others:
-                raise ValueError(f"the checkpoints of model {model!r} in {cfg.checkpoint_dir} were made with "
-                                 f"--shards {min(others)}; restart with that, or use a fresh --checkpoint-dir")
-            continue
-        resume[model] = cut.seq
-        for (topic, partition), offset in cut.offsets.items():
-            if topic == cfg.topic:
-                starts[partition] = min(offset, starts.get(partition, offset))
-    return resume, starts
-
-
 def feedback_range(cfg, events_ranges, run_id: str):
     """The feedback topic's one partition, from its current end (earlier
     records belong to earlier runs), watched by a :class:`FeedbackWatch`
@@ -76,38 +56,29 @@ def feedback_range(cfg, events_ranges, run_id: str):
     return ranges[0]._replace(stop_rule=rule)
 
 
-def build_sharded(p: beam.Pipeline, cfg, faults: FeedbackFaults = FeedbackFaults()) -> ShardedConfig:
+def build_sharded(p: beam.Pipeline, cfg: RunConfig) -> ShardedRun:
     check_shardable(cfg)
-    resume, starts = resume_cuts(cfg)
-    if resume:
-        log.warning("resuming %s from checkpoint cuts %s at offsets %s", cfg.topic, resume, starts)
+    resume = resume_sharded(cfg.checkpoint_dir, cfg.topic, cfg.shards)
+    if resume.models:
+        log.warning("resuming %s from checkpoint cuts %s at offsets %s", cfg.topic, resume.models, resume.starts)
     events = resolve_ranges(cfg.bootstrap, cfg.topic, bounded=cfg.bounded, group_id=cfg.group_id,
-                            start_offsets=starts or None, consumer_config=cfg.kafka_config,
+                            start_offsets=resume.starts or None, consumer_config=cfg.kafka_config,
                             stop_after=cfg.stop_after)
-    run_id = uuid.uuid4().hex
-    feedback = feedback_range(cfg, events, run_id)
-    lc = cfg.learner
-    sc = ShardedConfig(
-        learner=lc, n_shards=cfg.shards, staleness=cfg.max_staleness, run_id=run_id,
-        bootstrap=cfg.bootstrap, predictions_topic=cfg.predictions_topic, feedback_topic=cfg.feedback,
-        feedback_timeout=cfg.feedback_timeout, checkpoint_dir=cfg.checkpoint_dir, every_events=cfg.checkpoint_every,
-        every_seconds=cfg.checkpoint_seconds, resume=resume, kafka_config=dict(cfg.kafka_config),
-        registry_url=cfg.registry_url, faults=faults)
+    run = ShardedRun(uuid.uuid4().hex, resume.models, cfg.feedback_faults or FeedbackFaults())
+    feedback = feedback_range(cfg, events, run.run_id)
 
     consumer = {"fetch.wait.max.ms": FEEDBACK_FETCH_WAIT_MS, **cfg.kafka_config}
     batches = p | "ReadEventsAndFeedback" >> ReadFromKafkaRanges(
         cfg.bootstrap, events + [feedback], group_id=cfg.group_id, consumer_config=consumer,
         max_batch=cfg.max_batch)
-    limits = {k: getattr(cfg, k) for k in ("max_index", "max_message_bytes") if getattr(cfg, k, None) is not None}
     # Output type hints give the keyed steps deterministic key coders.
     Keyed, ShardKeyed = typing.Tuple[str, typing.Any], typing.Tuple[typing.Tuple[str, int], typing.Any]
-    decoded = batches | "Decode" >> beam.ParDo(
-        DecodeShardedInput(lc.loss, lc.n_classes, cfg.feedback, cfg.registry_url, **limits)).with_output_types(
+    decoded = batches | "Decode" >> beam.ParDo(DecodeShardedInput(cfg)).with_output_types(
         Keyed).with_outputs(DecodeShardedInput.DEAD, main="inputs")
     (decoded.inputs
-     | "Route" >> beam.ParDo(RouteEvents(sc)).with_output_types(ShardKeyed)
-     | "Shards" >> beam.ParDo(ShardStep(sc)).with_output_types(Keyed)
-     | "Combine" >> beam.ParDo(CombineStep(sc)))
+     | "Route" >> beam.ParDo(RouteEvents(cfg, run)).with_output_types(ShardKeyed)
+     | "Shards" >> beam.ParDo(ShardStep(cfg, run)).with_output_types(Keyed)
+     | "Combine" >> beam.ParDo(CombineStep(cfg, run)))
 
     producer = dict(cfg.kafka_config)
     dead = decoded[DecodeShardedInput.DEAD]
@@ -117,7 +88,7 @@ def build_sharded(p: beam.Pipeline, cfg, faults: FeedbackFaults = FeedbackFaults
      | "WriteDeadLetters" >> WriteToKafka(cfg.bootstrap, cfg.dlq_topic, producer_config=producer, flush_each=True))
     (dead
      | "AccountForDeadLetters" >> beam.Map(lambda d, run_id: skip_record(run_id, d["partition"], d["offset"]),
-                                           sc.run_id)
+                                           run.run_id)
      | "EncodeSkips" >> beam.ParDo(EncodeRecords("scinol.Feedback", registry_url=cfg.registry_url))
      | "WriteSkips" >> WriteToKafka(cfg.bootstrap, cfg.feedback, producer_config=producer))
-    return sc
+    return run

@@ -1,4 +1,4 @@
-"""Sharded mode's Beam transforms (DESIGN.md §3). The protocol itself is in
+"""Sharded mode's Beam transforms The protocol itself is in
 :mod:`pipelines.sharded.protocol`; this module only routes its messages.
 
     events topic ─┐                      ┌─► DeadLetters ─► <topic>.dlq (and a record on the feedback topic)
@@ -14,7 +14,7 @@
           └──── Feedback ───────── CombineStep (keyed by model) ─► predictions topic
 
 Both topics are read by one source so that every step is fused with it: on
-the FnApiRunner nothing then waits for a fusion break (DESIGN §3). The
+the FnApiRunner nothing then waits for a fusion break. The
 combine step is keyed by model, not by event: it owns the model's global
 scalars (the trial count t, KT's wealth...), which must advance in sequence
 order; the K partial sums of an event meet in its per-event table.
@@ -31,9 +31,13 @@ from apache_beam.coders import VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
+from pipelines.config import RunConfig
+from pipelines.kafka.producer import KafkaWriter
 from pipelines.state.cuts import CutStore
-from pipelines.sharded.protocol import Combiner, Router, ShardRunner
-from pipelines.exact.transforms import NAMESPACE, DecodeEvents, LearnerConfig
+from pipelines.steps import NAMESPACE, DecodeEvents
+from schemas.codec import Codec, DecodeError
+
+from .protocol import Combiner, Router, ShardRunner
 
 log = logging.getLogger(__name__)
 
@@ -48,32 +52,31 @@ class FeedbackFaults(NamedTuple):
     duplicate: frozenset = frozenset()
 
 
-class ShardedConfig(NamedTuple):
-    learner: LearnerConfig
-    n_shards: int
-    staleness: int
+class ShardedRun(NamedTuple):
+    """What the driver decided for this run: its id (shards ignore other
+    runs' feedback) and the checkpoint cut each model restarts from."""
+
     run_id: str
-    bootstrap: str
-    predictions_topic: str
-    feedback_topic: str
-    feedback_timeout: float = 30.0
-    checkpoint_dir: str | None = None
-    every_events: int | None = None
-    every_seconds: float | None = None
-    resume: dict = {}  # model -> sequence number of the cut to start from
-    kafka_config: dict = {}
-    registry_url: str | None = None
+    resume: dict  # model -> sequence number of the cut to start from
     faults: FeedbackFaults = FeedbackFaults()
 
-    def store(self) -> CutStore | None:
-        return CutStore(self.checkpoint_dir) if self.checkpoint_dir else None
 
-    def cut(self, store, model: str):
-        seq = self.resume.get(model)
-        if store is None or seq is None:
+class _Sharded:
+    """What the three sharded steps share: the run's config and cut store."""
+
+    def __init__(self, cfg: RunConfig, run: ShardedRun):
+        self.cfg, self.run = cfg, run
+
+    def setup(self):
+        self.store = CutStore(self.cfg.checkpoint_dir) if self.cfg.checkpoint_dir else None
+
+    def cut(self, model: str):
+        """The cut ``model`` restarts from: the driver chose and verified it at
+        start (newer ones this run writes are not it); None: start fresh."""
+        seq = self.run.resume.get(model)
+        if self.store is None or seq is None:
             return None
-        # The driver chose and verified this cut at start; newer ones this run writes are not it.
-        return store.at(model, seq, self.n_shards)
+        return self.store.at(model, seq, self.cfg.shards)
 
 
 def skip_record(run_id: str, partition: int, offset: int) -> dict:
@@ -88,17 +91,13 @@ class DecodeShardedInput(DecodeEvents):
     """Batches from both topics → (model, (EVENTS, [(Position, event)...]))
     or (model, (FEEDBACK, [record...])); bad events to the ``dead`` tag."""
 
-    def __init__(self, loss, n_classes, feedback_topic: str, registry_url=None, **limits):
-        super().__init__(loss, n_classes, registry_url, **limits)
-        self.feedback_topic = feedback_topic
-
     def process(self, batch):
-        if batch and batch[0].topic == self.feedback_topic:
+        if batch and batch[0].topic == self.cfg.feedback:
             by_model: dict[str, list] = {}
             for msg in batch:
                 try:
                     rec = self.codec.decode(msg.value, expected="scinol.Feedback")
-                except self.decode_error as exc:
+                except DecodeError as exc:
                     Metrics.counter(NAMESPACE, "feedback_undecodable").inc()
                     log.warning("feedback topic %s[%d] offset %d: %s; ignored", msg.topic, msg.partition,
                                 msg.offset, exc)
@@ -112,39 +111,35 @@ class DecodeShardedInput(DecodeEvents):
             yield out if isinstance(out, beam.pvalue.TaggedOutput) else (out[0], (EVENTS, out[1]))
 
 
-class RouteEvents(beam.DoFn):
+class RouteEvents(_Sharded, beam.DoFn):
     """Keyed by model: numbers the events, splits them over the shards, and
     forwards this run's feedback to every shard of the model."""
 
     ROUTED = ReadModifyWriteStateSpec("routed", VarIntCoder())
 
-    def __init__(self, config: ShardedConfig):
-        self.config = config
-
     def setup(self):
+        super().setup()
         self.routers: dict[str, Router] = {}
-        self.store = self.config.store()
         self.skips = None
         self.foreign = Metrics.counter(NAMESPACE, "feedback_other_runs")
 
     def _router(self, model: str) -> Router:
         router = self.routers.get(model)
         if router is None:
-            learner = self.config.learner.make()
-            cut = self.config.cut(self.store, model)
-            router = self.routers[model] = Router(self.config.n_shards, learner.hasher, learner.bias,
+            learner = self.cfg.learner.make()
+            cut = self.cut(model)
+            router = self.routers[model] = Router(self.cfg.shards, learner.hasher, learner.bias,
                                                   cut.seq if cut else 0, cut.offsets if cut else None)
         return router
 
     def process(self, element, routed=beam.DoFn.StateParam(ROUTED)):
         model, (kind, payload) = element
-        k = self.config.n_shards
         if kind == FEEDBACK:
-            mine = [r for r in payload if r["run_id"] == self.config.run_id]
+            mine = [r for r in payload if r["run_id"] == self.run.run_id]
             if len(mine) < len(payload):
                 self.foreign.inc(len(payload) - len(mine))
             if mine:
-                for s in range(k):
+                for s in range(self.cfg.shards):
                     yield (model, s), (FEEDBACK, mine)
             return
         router = self._router(model)
@@ -157,23 +152,23 @@ class RouteEvents(beam.DoFn):
                 yield (model, s), (SLICES, slices)
 
     def _skip(self, positions) -> None:
-        from schemas.codec import Codec
-
-        from pipelines.kafka.producer import KafkaWriter
-
         if self.skips is None:
-            self.skips = (KafkaWriter(self.config.bootstrap, self.config.feedback_topic, self.config.kafka_config),
-                          Codec(self.config.registry_url))
+            self.skips = (KafkaWriter(self.cfg.bootstrap, self.cfg.feedback, self.cfg.kafka_config),
+                          Codec(self.cfg.registry_url))
         writer, codec = self.skips
         for pos in positions:
-            writer.produce(codec.encode("scinol.Feedback", skip_record(self.config.run_id, pos.partition, pos.offset)))
+            writer.produce(codec.encode("scinol.Feedback", skip_record(self.run.run_id, pos.partition, pos.offset)))
 
     def finish_bundle(self):
         if self.skips is not None:
             self.skips[0].flush()
 
+    def teardown(self):
+        if self.skips is not None:
+            self.skips[0].close()
 
-class ShardStep(beam.DoFn):
+
+class ShardStep(_Sharded, beam.DoFn):
     """Keyed by (model, shard): one :class:`ShardRunner` each. Writes its
     part of a checkpoint cut when it has applied the feedback marked for
     one. Feedback awaited longer than the feedback timeout is given up
@@ -187,30 +182,26 @@ class ShardStep(beam.DoFn):
 
     APPLIED = ReadModifyWriteStateSpec("applied", VarIntCoder())
 
-    def __init__(self, config: ShardedConfig):
-        self.config = config
-
     def setup(self):
+        super().setup()
         self.runners: dict[tuple, ShardRunner] = {}
-        self.store = self.config.store()
         self.duplicates = Metrics.counter(NAMESPACE, "feedback_duplicates")
         self.missing = Metrics.counter(NAMESPACE, "feedback_missing")
 
     def _runner(self, key) -> ShardRunner:
         runner = self.runners.get(key)
         if runner is None:
-            cfg = self.config
-            model, s = key
+            cfg, (model, s) = self.cfg, key
             learner = cfg.learner.make()
             algo = learner.algorithm
-            cut = cfg.cut(self.store, model)
+            cut = self.cut(model)
             if cut is not None:
                 coords, state, _ = cut.shard(s)
-                runner = ShardRunner(algo, learner.n_outputs, s, cfg.staleness, state.scalars, state, coords,
+                runner = ShardRunner(algo, learner.n_outputs, s, cfg.max_staleness, state.scalars, state, coords,
                                      cut.seq, cut.offsets if s == 0 else None, cut.learned, cfg.feedback_timeout)
             else:
                 scalars = algo.init_state(0, learner.n_outputs).scalars
-                runner = ShardRunner(algo, learner.n_outputs, s, cfg.staleness, scalars,
+                runner = ShardRunner(algo, learner.n_outputs, s, cfg.max_staleness, scalars,
                                      feedback_timeout=cfg.feedback_timeout)
             self.runners[key] = runner
         return runner
@@ -236,11 +227,11 @@ class ShardStep(beam.DoFn):
             return
         model, s = key
         coords, state, header = runner.part()
-        self.store.save_shard(model, seq, s, self.config.n_shards, coords, state,
-                              {**header, **self.config.learner.make().header()})
+        self.store.save_shard(model, seq, s, self.cfg.shards, coords, state,
+                              {**header, **self.cfg.learner.make().header()})
 
 
-class CombineStep(beam.DoFn):
+class CombineStep(_Sharded, beam.DoFn):
     """Keyed by model: sums the shards' partial sums in sequence order,
     produces the Predictions and the Feedback records itself, and asks for a
     checkpoint cut every N events / T seconds by marking a feedback record.
@@ -251,20 +242,13 @@ class CombineStep(beam.DoFn):
 
     COMBINED = ReadModifyWriteStateSpec("combined", VarIntCoder())
 
-    def __init__(self, config: ShardedConfig):
-        self.config = config
-
     def setup(self):
-        from schemas.codec import Codec
-
-        from pipelines.kafka.producer import KafkaWriter
-
-        cfg = self.config
+        super().setup()
+        cfg = self.cfg
         self.codec = Codec(cfg.registry_url)
         self.predictions = KafkaWriter(cfg.bootstrap, cfg.predictions_topic, cfg.kafka_config)
         # Feedback is on the critical path of every shard: send at once.
-        self.feedback = KafkaWriter(cfg.bootstrap, cfg.feedback_topic, {"linger.ms": 0, **cfg.kafka_config})
-        self.store = cfg.store()
+        self.feedback = KafkaWriter(cfg.bootstrap, cfg.feedback, {"linger.ms": 0, **cfg.kafka_config})
         self.combiners: dict[str, Combiner] = {}
         self.since_cut: dict[str, int] = {}
         self.last_cut: dict[str, float] = {}
@@ -273,17 +257,16 @@ class CombineStep(beam.DoFn):
     def _combiner(self, model: str) -> Combiner:
         combiner = self.combiners.get(model)
         if combiner is None:
-            cfg = self.config
+            cfg = self.cfg
             learner = cfg.learner.make()
             algo = learner.algorithm
-            cut = cfg.cut(self.store, model)
+            cut = self.cut(model)
+            args = (algo, learner.loss, learner.loss_param, learner.n_outputs, cfg.shards, model, self.run.run_id)
             if cut is not None:
-                combiner = Combiner(algo, learner.loss, learner.loss_param, learner.n_outputs, cfg.n_shards, model,
-                                    cfg.run_id, cut.scalars, cut.seq, cut.learned)
+                combiner = Combiner(*args, cut.scalars, cut.seq, cut.learned)
                 log.warning("model %r restored from checkpoint cut %s (%d events)", model, cut.path, cut.seq)
             else:
-                combiner = Combiner(algo, learner.loss, learner.loss_param, learner.n_outputs, cfg.n_shards, model,
-                                    cfg.run_id, algo.init_state(0, learner.n_outputs).scalars)
+                combiner = Combiner(*args, algo.init_state(0, learner.n_outputs).scalars)
             self.combiners[model] = combiner
             self.since_cut[model] = 0
             self.last_cut[model] = time.monotonic()
@@ -295,7 +278,7 @@ class CombineStep(beam.DoFn):
         done = combiner.add(partials)
         if not done:
             return
-        encode, faults = self.codec.encode, self.config.faults
+        encode = self.codec.encode
         for d in done:
             self.predictions.produce(encode("scinol.Prediction", d.prediction))
         self.predictions.flush()
@@ -304,7 +287,12 @@ class CombineStep(beam.DoFn):
             done[-1].feedback["checkpoint"] = True
             self.since_cut[model] = 0
             self.last_cut[model] = time.monotonic()
-        key = model.encode()
+        self._send_feedback(model, done)
+        self.predicted.inc(len(done))
+        combined.write(combiner.seq)
+
+    def _send_feedback(self, model: str, done) -> None:
+        key, faults, encode = model.encode(), self.run.faults, self.codec.encode
         for d in done:
             seq = d.feedback["seq"]
             if seq in faults.drop:
@@ -313,18 +301,20 @@ class CombineStep(beam.DoFn):
             self.feedback.produce(value, key)
             if seq in faults.duplicate:
                 self.feedback.produce(value, key)
-        self.feedback.producer.poll(0)
-        self.predicted.inc(len(done))
-        combined.write(combiner.seq)
+        self.feedback.poll()
 
     def _cut_due(self, model: str) -> bool:
-        cfg = self.config
+        cfg = self.cfg
         if self.store is None:
             return False
-        if cfg.every_events and self.since_cut[model] >= cfg.every_events:
+        if cfg.checkpoint_every and self.since_cut[model] >= cfg.checkpoint_every:
             return True
-        return bool(cfg.every_seconds) and time.monotonic() - self.last_cut[model] >= cfg.every_seconds
+        return bool(cfg.checkpoint_seconds) and time.monotonic() - self.last_cut[model] >= cfg.checkpoint_seconds
 
     def finish_bundle(self):
         self.predictions.flush()
         self.feedback.flush()
+
+    def teardown(self):
+        self.predictions.close()
+        self.feedback.close()

@@ -1,7 +1,8 @@
 """Model checkpoints: a model's full state plus the stream position it covers.
 
 One checkpoint is one file ``<dir>/<model>/ckpt-<events>.scinol`` (the
-learner's no-pickle state file, written atomically: temp file, fsync, rename;
+learner's no-pickle state file, written by the durable store of
+:mod:`pipelines.state.store`: temp file, fsync, rename;
 ``<model>`` is the model name when it is a plain file name, else a stem and a
 hash of it, so names from events never collide or climb out) whose
 header also holds the next Kafka offset per partition that the state covers,
@@ -14,7 +15,6 @@ previous one. The newest ``keep`` checkpoints of each model are kept.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
@@ -23,13 +23,13 @@ import time
 from learners import OnlineLearner
 from learners.state import StateFileError
 
-from pipelines.state.faults import pause_point
+from .store import sidecar_path, verify, write_durably
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 _NAME = re.compile(r"^ckpt-(\d{12})\.scinol$")
-_TEMP = re.compile(r"^(ckpt-\d{12}\.scinol(\.json)?\.tmp|\.tmp-.*\.scinol)$")
+_TEMP = re.compile(r"^(ckpt-\d{12}\.(scinol|json|scinol\.json)\.tmp|\.tmp-.*\.scinol)$")
 STALE_TEMP_SECONDS = 600.0
 _reported: set[str] = set()  # invalid checkpoints already warned about
 
@@ -45,36 +45,6 @@ def _safe(model: str) -> str:
         return model
     digest = hashlib.sha256(model.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return f"{plain.lstrip('.')[:60]}~{digest}"
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(folder: str) -> None:
-    """Make a rename in ``folder`` durable (POSIX; a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _mtime(path: str) -> float:
@@ -107,9 +77,8 @@ class CheckpointStore:
 
     def save(self, model: str, learner: OnlineLearner, offsets: dict[tuple[str, int], int],
              event_count: int) -> dict:
-        """Write a checkpoint; returns its manifest (the ModelCheckpoint header)."""
+        """Write a checkpoint durably; returns its manifest (the ModelCheckpoint header)."""
         folder = self.model_dir(model)
-        os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"ckpt-{event_count:012d}.scinol")
         header = {
             "model": model,
@@ -118,26 +87,8 @@ class CheckpointStore:
             "schema_version": SCHEMA_VERSION,
             "created_ms": int(time.time() * 1000),
         }
-        # Written whole to a temp name and made durable (fsync) before it
-        # takes its real name, so a crash at any point leaves either no new
-        # checkpoint or a complete one; the sidecar follows the same way.
-        tmp = path + ".tmp"
-        learner.save(tmp, extra=header)
-        _fsync_file(tmp)
-        pause_point("checkpoint-before-rename")  # fault window for the crash tests (no-op otherwise)
-        checksum = file_sha256(tmp)
-        os.replace(tmp, path)
-        _fsync_dir(folder)
-        pause_point("checkpoint-before-manifest")
-        manifest = {**header, **learner.header(), "uri": os.path.abspath(path), "checksum": checksum,
-                    "n_coords": learner.state.n_coords}
-        tmp = path + ".json.tmp"
-        with open(tmp, "w") as f:
-            json.dump(manifest, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path[: -len(".scinol")] + ".json")
-        _fsync_dir(folder)
+        manifest = {**header, **learner.header(), "uri": os.path.abspath(path), "n_coords": learner.state.n_coords}
+        manifest = write_durably(path, lambda tmp: learner.save(tmp, extra=header), manifest)
         self._prune(folder)
         return manifest
 
@@ -150,7 +101,7 @@ class CheckpointStore:
 
     def _prune(self, folder: str) -> None:
         for path in self._paths(folder)[self.keep:]:
-            for victim in (path, path[: -len(".scinol")] + ".json"):
+            for victim in (path, sidecar_path(path)):
                 if os.path.exists(victim):
                     os.unlink(victim)
         # Temp files a crash left behind (never loaded: their names do not
@@ -177,7 +128,7 @@ class CheckpointStore:
 
     def _newest(self, folder: str, model: str | None = None) -> Checkpoint | None:
         for path in self._paths(folder):
-            problem = _verify(path)
+            problem = verify(path)
             if problem is None:
                 try:
                     ckpt = Checkpoint(path, OnlineLearner.load(path))
@@ -201,18 +152,3 @@ def checkpoint_record(manifest: dict) -> dict:
     record = {k: manifest[k] for k in CHECKPOINT_FIELDS}
     record["params"] = {k: float(v) for k, v in record["params"].items()}
     return record
-
-
-def _verify(path: str) -> str | None:
-    """None if the sidecar checksum matches (or there is no sidecar: the
-    state file's own per-array checksums are checked on load)."""
-    sidecar = path[: -len(".scinol")] + ".json"
-    if not os.path.exists(sidecar):
-        return None
-    try:
-        with open(sidecar) as f:
-            want = json.load(f)["checksum"]
-    except (OSError, ValueError, KeyError) as exc:
-        return f"unreadable manifest ({exc})"
-    have = file_sha256(path)
-    return None if have == want else "checksum mismatch (file truncated or corrupted)"

@@ -4,9 +4,10 @@ A cut at sequence number t is a directory ``<dir>/<model>/cut-<t>/`` holding
 ``shard-<s>-of-<K>.scinol`` for each shard s: the shard's coordinates and
 their state after applying the feedback of events 1..t, with the model's
 global scalars at t (the no-pickle state file with per-array checksums,
-written atomically). Shard 0's header also holds the next offset per
-events-topic partition that events 1..t cover and the model version: it is
-what the route and combine steps restart from.
+written by the durable store of :mod:`pipelines.state.store`). Shard 0's
+header also holds the next offset per events-topic partition that events
+1..t cover and the model version: it is what the route and combine steps
+restart from.
 
 The combine step asks for a cut by marking event t's feedback (and the
 feedback reader asks for a last one at the end of a bounded run); each
@@ -31,7 +32,8 @@ import numpy as np
 from learners import OnlineLearner
 from learners.state import LearnerState, StateFileError, load_state, save_state
 
-from pipelines.state.checkpoints import _safe
+from .checkpoints import _safe
+from .store import verify, write_durably
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +100,11 @@ class CutStore:
 
     def save_shard(self, model: str, seq: int, shard: int, n_shards: int, coords: np.ndarray,
                    state: LearnerState, header: dict) -> str:
-        folder = self.cut_dir(model, seq)
-        os.makedirs(folder, exist_ok=True)
-        arrays = {**state.arrays, "coords": coords}
-        path = os.path.join(folder, shard_file(shard, n_shards))
-        save_state(path, LearnerState(arrays, state.scalars, {**state.fill, "coords": [-1]}),
-                   {**header, "model": model, "seq": int(seq), "shard": shard, "n_shards": n_shards,
-                    "created_ms": int(time.time() * 1000)})
+        path = os.path.join(self.cut_dir(model, seq), shard_file(shard, n_shards))
+        part = LearnerState({**state.arrays, "coords": coords}, state.scalars, {**state.fill, "coords": [-1]})
+        where = {"model": model, "seq": int(seq), "shard": shard, "n_shards": n_shards}
+        header = {**header, **where, "created_ms": int(time.time() * 1000)}
+        write_durably(path, lambda tmp: save_state(tmp, part, header), where, kind="cut")
         self._prune(model, n_shards)
         return path
 
@@ -128,6 +128,9 @@ class CutStore:
             part = os.path.join(path, shard_file(s, n_shards))
             if not os.path.exists(part):
                 return None, f"incomplete (no part of shard {s} of {n_shards})"
+            problem = verify(part)
+            if problem is not None:
+                return None, f"shard {s}'s part: {problem}"
             try:
                 state, header = load_state(part)
             except StateFileError as exc:

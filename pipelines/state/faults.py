@@ -13,7 +13,8 @@ and kills the process once the marker exists: the kill lands exactly inside
 the window. Points: ``checkpoint-before-rename`` (the new checkpoint is
 fully written to its temp file, not yet renamed into place) and
 ``checkpoint-before-manifest`` (renamed into place, its checksum sidecar not
-yet written). Without ``SCINOL_FAULT_PAUSE`` (always, in production)
+yet written); ``cut-before-rename`` and ``cut-before-manifest`` are the same
+points in the writing of a sharded checkpoint cut's part. Without ``SCINOL_FAULT_PAUSE`` (always, in production)
 :func:`pause_point` only counts.
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 import os
 import time
 
-POINTS = ("checkpoint-before-rename", "checkpoint-before-manifest")
+POINTS = ("checkpoint-before-rename", "checkpoint-before-manifest", "cut-before-rename", "cut-before-manifest")
 _passes: dict[str, int] = {}
 
 

@@ -1,0 +1,73 @@
+"""Beam steps both pipeline shapes use: screening a batch of Kafka messages
+into per-model events and dead letters, and encoding records for a sink."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from pipelines.config import RunConfig
+from pipelines.records.dead_letters import dead_letter, screen
+from schemas.codec import Codec
+
+NAMESPACE = "scinol"
+"""Beam metrics namespace of the pipelines' counters and gauges."""
+
+
+class Position(NamedTuple):
+    """Where an event came from: what a checkpoint's offsets refer to."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class DecodeEvents(beam.DoFn):
+    """A batch of Kafka messages → per-model batches of valid events; every
+    message that is not a valid Event becomes a DeadLetter record (tag
+    ``dead``) with its reason, original bytes, topic, partition and offset
+    (limits: ``cfg.max_index``, ``cfg.max_message_bytes``; see
+    :mod:`pipelines.records.dead_letters`)."""
+
+    DEAD = "dead"
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+
+    def setup(self):
+        self.codec = Codec(self.cfg.registry_url)
+        self.events = Metrics.counter(NAMESPACE, "events")
+        self.dead = Metrics.counter(NAMESPACE, "dead_letters")
+
+    def process(self, batch):
+        cfg = self.cfg
+        loss, n_classes = cfg.learner.loss, cfg.learner.n_classes
+        by_model: dict[str, list] = {}
+        for msg in batch:
+            event, problem = screen(self.codec, msg.value, loss, n_classes, max_index=cfg.max_index,
+                                    max_message_bytes=cfg.max_message_bytes)
+            if problem is not None:
+                self.dead.inc()
+                Metrics.counter(NAMESPACE, f"dead_letters_{problem[0]}").inc()
+                yield beam.pvalue.TaggedOutput(self.DEAD, dead_letter(msg, *problem))
+                continue
+            by_model.setdefault(event["model"], []).append((Position(msg.topic, msg.partition, msg.offset), event))
+        self.events.inc(len(batch))
+        yield from by_model.items()
+
+
+class EncodeRecords(beam.DoFn):
+    """Records → Confluent-framed Avro bytes, batched for the sink; ``key``
+    names the field used as the Kafka key (None: no key)."""
+
+    def __init__(self, record_type: str, key: str | None = None, registry_url: str | None = None):
+        self.record_type, self.key, self.registry_url = record_type, key, registry_url
+
+    def setup(self):
+        self.codec = Codec(self.registry_url)
+
+    def process(self, record):
+        value = self.codec.encode(self.record_type, record)
+        yield (record[self.key].encode() if self.key else None, value)
