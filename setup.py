@@ -19,6 +19,7 @@ setup(
         "pyarrow>=14",  # Parquet model export (DESIGN.md §4)
         "scikit-learn>=1.3",  # real data sets bundled in the package, streamed by `scinol demo`
         "matplotlib>=3.7",  # the demo's learning-curve PNG
+        "mmh3>=4.0",  # MurmurHash3 of feature names in C: the hashing scheme VW and scikit-learn share
         "tqdm>=4.60",  # progress bars: one line updated in place, rate and ETA, no hand-written drawing
     ],
     extras_require={

@@ -16,7 +16,8 @@ import argparse
 import random
 import time
 
-from schemas.codec import Codec, validate_event
+from pipelines.records.validation import validate_event
+from schemas.codec import Codec
 
 
 def make_events(kind: str, n: int, seed: int = 0) -> list[dict]:

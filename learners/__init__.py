@@ -5,7 +5,7 @@ Pure NumPy state and compiled (numba) batch kernels; no Beam, no Kafka.
 
 __version__ = "0.1.0"
 
-from .model import OnlineLearner  # noqa: E402
-from .registry import make_algorithm, make_learner  # noqa: E402
+from .model import OnlineLearner, make_learner  # noqa: E402
+from .registry import make_algorithm  # noqa: E402
 
 __all__ = ["OnlineLearner", "make_learner", "make_algorithm", "__version__"]

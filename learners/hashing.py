@@ -1,7 +1,8 @@
 """Signed feature hashing of string feature names.
 
 The hash is MurmurHash3_x86_32 of the UTF-8 name with a seed (default 0),
-the same function as scikit-learn's ``murmurhash3_32`` and ``mmh3.hash``.
+computed by the ``mmh3`` package (the same function as scikit-learn's
+``murmurhash3_32``; pinned values in the tests).
 From the unsigned 32-bit hash h:
 
     index = h mod 2^bits          (the low ``bits`` bits)
@@ -17,41 +18,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-_C1, _C2, _MASK = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
-
+import mmh3
 
 def murmurhash3_32(data: bytes, seed: int = 0) -> int:
-    """MurmurHash3_x86_32, unsigned result."""
-    h = seed & _MASK
-    n = len(data)
-    tail = n & ~3
-    for i in range(0, tail, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
-        k = (k * _C1) & _MASK
-        k = ((k << 15) | (k >> 17)) & _MASK
-        k = (k * _C2) & _MASK
-        h ^= k
-        h = ((h << 13) | (h >> 19)) & _MASK
-        h = (h * 5 + 0xE6546B64) & _MASK
-    k = 0
-    rest = n & 3
-    if rest == 3:
-        k ^= data[tail + 2] << 16
-    if rest >= 2:
-        k ^= data[tail + 1] << 8
-    if rest >= 1:
-        k ^= data[tail]
-        k = (k * _C1) & _MASK
-        k = ((k << 15) | (k >> 17)) & _MASK
-        k = (k * _C2) & _MASK
-        h ^= k
-    h ^= n
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _MASK
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _MASK
-    h ^= h >> 16
-    return h
+    """MurmurHash3_x86_32, unsigned result (the ``mmh3`` package's C code)."""
+    return mmh3.hash(data, seed, signed=False)
 
 
 class FeatureHasher:

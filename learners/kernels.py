@@ -49,13 +49,8 @@ from .losses import loss_grad_into
 jit = njit(cache=True, error_model="numpy")
 inline = njit(cache=True, error_model="numpy", inline="always")
 
-# Algorithm codes.
-SCINOL1, SCINOL2 = 1, 2
-OGD_COORD, OGD_GLOBAL = 10, 11
-KT_ALG1, KT_AVG, KT_COORD = 20, 21, 22
-KOTLOWSKI1 = 30
-IMPLICIT, PA0, PA1, PA2, APROX = 40, 41, 42, 43, 44
-SGD, ADAGRAD, ADAM, NAG = 50, 51, 52, 53
+from .codes import (ADAGRAD, ADAM, APROX, IMPLICIT, KOTLOWSKI1, KT_ALG1, KT_AVG, KT_COORD, NAG,
+                    OGD_COORD, OGD_GLOBAL, PA0, PA1, PA2, SCINOL1, SCINOL2, SGD)
 
 N_EXTRAS = 2  # partial sums beyond ŷ that any algorithm may need
 N_FB_EXTRA = 2  # feedback slots beyond g

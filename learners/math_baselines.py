@@ -26,11 +26,12 @@ import math
 
 from numba import njit
 
+from .codes import ADAGRAD, NAG, SGD
+
 # Plain compiled functions, not numba-IR inlined: each is compiled once and
 # LLVM inlines it into every kernel, which keeps compile times short.
 jit = njit(cache=True, error_model="numpy")
 
-SGD, ADAGRAD, ADAM, NAG = 50, 51, 52, 53
 
 
 @jit

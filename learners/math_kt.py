@@ -25,11 +25,12 @@ import math
 
 from numba import njit
 
+from .codes import KT_AVG, KT_COORD
+
 # Plain compiled functions, not numba-IR inlined: each is compiled once and
 # LLVM inlines it into every kernel, which keeps compile times short.
 jit = njit(cache=True, error_model="numpy")
 
-KT_ALG1, KT_AVG, KT_COORD = 20, 21, 22
 THETA, ACC, C_LAST = 0, 1, 2
 WEALTH_I = 1
 

@@ -16,6 +16,8 @@ import math
 
 from numba import njit
 
+from .codes import OGD_COORD
+
 # Plain compiled functions, not numba-IR inlined: each is compiled once and
 # LLVM inlines it into every kernel, which keeps compile times short.
 jit = njit(cache=True, error_model="numpy")
@@ -50,7 +52,7 @@ def update(a, prm, P, Q, j, x, fb, n_out):
     Q[j, 0] = 1.0
     for k in range(n_out):
         gx = fb[k] * x
-        if a == 10:
+        if a == OGD_COORD:
             P[j, k, SUMSQ] += gx * gx
             s = P[j, k, SUMSQ]
             eta = scale * 2.0 * radius / math.sqrt(2.0 * s) if s > 0.0 else 0.0

@@ -13,11 +13,12 @@ Fields: P[j, k] = (w,). prm = (η or C, power, ℓ_low).
 
 from numba import njit
 
+from .codes import APROX, IMPLICIT, PA0, PA1
+
 # Plain compiled functions, not numba-IR inlined: each is compiled once and
 # LLVM inlines it into every kernel, which keeps compile times short.
 jit = njit(cache=True, error_model="numpy")
 
-IMPLICIT, PA0, PA1, PA2, APROX = 40, 41, 42, 43, 44
 
 
 @jit

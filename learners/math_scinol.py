@@ -11,6 +11,8 @@ import math
 
 from numba import njit
 
+from .codes import SCINOL1
+
 # Plain compiled functions, not numba-IR inlined: each is compiled once and
 # LLVM inlines it into every kernel, which keeps compile times short.
 jit = njit(cache=True, error_model="numpy")
@@ -28,7 +30,7 @@ def weight(a, prm, P, Q, j, k, x, t):
         return 0.0
     inv = 1.0 / math.sqrt(s2)
     theta = P[j, k, G] * inv
-    if a == 1:
+    if a == SCINOL1:
         # ε(S²+M²)/(x² t), as s2/x² ≥ 1 first so nothing overflows; x = 0
         # gives ∞ (the seed's c/0), leaving β as stored.
         beta = min(P[j, k, B], prm[0] * (s2 / (x * x)) / t)
@@ -45,7 +47,7 @@ def update(a, prm, P, Q, j, x, t, fb, w, slot, n_out):
     m2 = Q[j, M] * Q[j, M]
     for k in range(n_out):
         gx = fb[k] * x
-        if a == 1:
+        if a == SCINOL1:
             P[j, k, B] = min(P[j, k, B], prm[0] * ((P[j, k, S2] + m2) / (x * x)) / t)
         else:
             P[j, k, B] -= gx * w[slot, k]

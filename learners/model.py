@@ -234,3 +234,9 @@ class OnlineLearner:
         model.state = state
         model.loaded_header = meta
         return model
+
+
+def make_learner(name: str = "scinol2", loss: str = "logistic", **kwargs) -> OnlineLearner:
+    """An :class:`OnlineLearner` for the named algorithm and loss; other
+    keyword arguments as for :class:`OnlineLearner`."""
+    return OnlineLearner(name, loss, **kwargs)

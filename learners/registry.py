@@ -1,4 +1,6 @@
-"""Learners by name: ``make_learner("scinol2", loss="logistic", **params)``."""
+"""Algorithms by name: ``make_algorithm("scinol2", **params)``, the list of
+names and their descriptions. (The model around an algorithm and a loss is
+:func:`learners.model.make_learner`.)"""
 
 from __future__ import annotations
 
@@ -36,9 +38,3 @@ def describe_learners() -> list[dict]:
                     "summary": algo.summary})
     return out
 
-
-def make_learner(name: str = "scinol2", loss: str = "logistic", **kwargs):
-    """An :class:`~learners.model.OnlineLearner` for the named algorithm."""
-    from .model import OnlineLearner
-
-    return OnlineLearner(name, loss, **kwargs)

@@ -27,8 +27,6 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["run_learn", "run_generate", "BINARY_LOSSES"]
-
 
 def add_parser(sub) -> None:
     p = sub.add_parser("generate", help="write a generated data set to a file",

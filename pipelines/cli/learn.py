@@ -7,7 +7,7 @@ import sys
 import numpy as np
 
 from learners import OnlineLearner, make_learner
-from learners.losses import BINARY_LOSSES, LabelError
+from learners.losses import LabelError
 
 from pipelines.records.datafiles import DataError, open_reader
 

@@ -6,7 +6,7 @@ the pipeline or make it allocate without bound.
   decoding (decoding a message costs memory in proportion to its size).
 - Then the codec (:meth:`schemas.codec.Codec.decode`: ``undecodable``,
   ``unknown_schema_id``, ``wrong_record_type``) and the event checks
-  (:func:`schemas.codec.validate_event`), with ``max_index`` bounding sparse
+  (:func:`pipelines.records.validation.validate_event`), with ``max_index`` bounding sparse
   indices and dense lengths (``index_out_of_range``): the learner keeps
   state for every coordinate below the largest index it sees, so the bound
   is what keeps one hostile event from asking for terabytes.
@@ -21,7 +21,10 @@ that does not answer) are not dead letters; they propagate.
 
 from __future__ import annotations
 
-from schemas.codec import OVERSIZED, DecodeError, validate_event
+from schemas.codec import DecodeError
+from schemas.reasons import OVERSIZED
+
+from .validation import validate_event
 
 DEFAULT_MAX_INDEX = 1 << 22
 """Coordinates a model may have: 4,194,304 (128 MiB of ScInOL2 state);

@@ -22,7 +22,7 @@ def event_rows(events: list[dict], hasher: FeatureHasher):
     Dense features are indices 0..n-1, sparse ones their own indices, named
     ones hashed with the learner's hasher. A missing label is NaN (the event
     is predicted, not learned from). Events are assumed validated
-    (``schemas.codec.validate_event``): nothing here raises on bad values.
+    (:func:`pipelines.records.validation.validate_event`): nothing here raises on bad values.
     """
     indptr = [0]
     indices: list[int] = []

@@ -1,0 +1,410 @@
+"""pipelines.kafka_io against the real embedded broker (tansu), through Beam on the FnApiRunner.
+
+Nothing is mocked: topics are created on the session broker, written with a
+plain confluent-kafka producer (or WriteToKafka), and read through Beam.
+"""
+
+import os
+import threading
+import time
+import uuid
+
+import apache_beam as beam
+import pytest
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pipelines.kafka.broker import free_port
+from pipelines.beam_io.partition_fn import METRICS_NAMESPACE
+from pipelines.beam_io import KafkaMessage, ReadFromKafka, WriteToKafka
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 4
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _create_topic(bootstrap, topic, partitions=PARTITIONS):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(10)
+
+
+def _produce(bootstrap, topic, ids, partitions=PARTITIONS):
+    """Value = the decimal id; partition = id % partitions (so each partition is in id order)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in ids:
+        while True:
+            try:
+                producer.produce(topic, value=b"%d" % i, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(30) == 0
+
+
+def _read_all(bootstrap, topic, partitions=PARTITIONS, expect=None, timeout=20.0):
+    """Plain consumer: {(partition, offset): (key, value)} for the whole topic."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "check-" + uuid.uuid4().hex,
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got, eof, deadline = {}, set(), time.monotonic() + timeout
+    while time.monotonic() < deadline and (len(eof) < partitions or (expect is not None and len(got) < expect)):
+        for m in consumer.consume(1000, timeout=0.2):
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    eof.add(m.partition())
+                continue
+            eof.discard(m.partition())
+            assert (m.partition(), m.offset()) not in got
+            got[(m.partition(), m.offset())] = (m.key(), m.value())
+    consumer.close()
+    return got
+
+
+class _Collect(beam.DoFn):
+    """Checks each batch and appends its messages to a file per bundle in `out_dir`."""
+
+    def __init__(self, out_dir):
+        self._out_dir = out_dir
+
+    def start_bundle(self):
+        self._lines = []
+
+    def process(self, batch, ts=beam.DoFn.TimestampParam):
+        assert isinstance(batch, list) and batch, batch
+        assert all(isinstance(m, KafkaMessage) for m in batch)
+        partition = batch[0].partition
+        offsets = [m.offset for m in batch]
+        assert all(m.partition == partition for m in batch), "a batch spans partitions"
+        assert offsets == sorted(set(offsets)), "a batch is not in offset order"
+        newest = max(m.timestamp_ms for m in batch)
+        assert newest > 0 and ts.micros >= newest * 1000, (ts, newest)  # event time, never late
+        for m in batch:
+            key = "-" if m.key is None else m.key.decode()
+            self._lines.append(f"{m.partition} {m.offset} {m.value.decode()} {key}\n")
+
+    def finish_bundle(self):
+        if self._lines:
+            with open(os.path.join(self._out_dir, uuid.uuid4().hex + ".txt"), "w") as f:
+                f.writelines(self._lines)
+            self._lines = []
+
+
+def _counters(result):
+    """{name: committed value} of the kafka_io counters of a finished pipeline."""
+    from apache_beam.metrics import MetricsFilter
+
+    found = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]
+    totals = {}
+    for c in found:
+        totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + c.committed
+    return totals
+
+
+def _run_read(tmp_path, *args, metrics=None, out=None, **kwargs):
+    """Run ReadFromKafka(*args, **kwargs) on the FnApiRunner; [(partition, offset, value)] in file order.
+
+    `metrics`, a dict, receives the kafka_io counters; `out`, the directory for the collected files."""
+    if out is None:
+        out = tmp_path / uuid.uuid4().hex
+        out.mkdir()
+    p = beam.Pipeline(runner=FnApiRunner())
+    _ = p | ReadFromKafka(*args, **kwargs) | beam.ParDo(_Collect(str(out)))
+    result = p.run()
+    result.wait_until_finish()
+    if metrics is not None:
+        metrics.update(_counters(result))
+    rows = []
+    for name in sorted(os.listdir(out)):
+        with open(out / name) as f:
+            for line in f:
+                part, off, value, _key = line.split()
+                rows.append((int(part), int(off), int(value)))
+    return rows
+
+
+def _assert_contiguous(rows, starts, stops):
+    by_part = {}
+    for part, off, _ in rows:
+        by_part.setdefault(part, []).append(off)
+    for part in range(PARTITIONS):
+        offs = sorted(by_part.get(part, []))
+        assert offs == list(range(starts[part], stops[part])), f"partition {part}: offsets not contiguous"
+
+
+# --------------------------------------------------------------------------- reading
+
+def test_bounded_read_gives_every_message_exactly_once(kafka_bootstrap, topic_name, tmp_path):
+    n = 50_000
+    _create_topic(kafka_bootstrap, topic_name)
+    _produce(kafka_bootstrap, topic_name, range(n))
+
+    rows = _run_read(tmp_path, kafka_bootstrap, topic_name)
+    _check_all_once(rows, n)
+
+
+def test_bounded_read_with_a_checkpoint_after_every_batch(kafka_bootstrap, topic_name, tmp_path):
+    """checkpoint_seconds=0: an SDF checkpoint (deferred residual, new bundle, finalizer commit) per batch."""
+    n, group = 8_000, "g-" + topic_name
+    _create_topic(kafka_bootstrap, topic_name)
+    _produce(kafka_bootstrap, topic_name, range(n))
+
+    metrics = {}
+    rows = _run_read(tmp_path, kafka_bootstrap, topic_name, group_id=group, max_batch=300, checkpoint_seconds=0,
+                     metrics=metrics)
+    _check_all_once(rows, n)
+    assert metrics["timed_checkpoints"] >= n // 300 - PARTITIONS
+    assert metrics["batches_read"] >= n // 300
+    assert _run_read(tmp_path, kafka_bootstrap, topic_name, group_id=group) == []
+
+
+def _check_all_once(rows, n):
+    ids = [v for _, _, v in rows]
+    assert len(ids) == n
+    assert set(ids) == set(range(n))
+    _assert_contiguous(rows, [0] * PARTITIONS, [n // PARTITIONS] * PARTITIONS)
+    # partition p holds ids p, p+4, ... in offset order
+    assert all(v == off * PARTITIONS + part for part, off, v in rows)
+
+
+def test_bounded_read_ends_at_the_offsets_seen_at_start(kafka_bootstrap, topic_name, tmp_path):
+    """Messages produced while a bounded read runs are not read; an empty topic reads nothing."""
+    _create_topic(kafka_bootstrap, topic_name)
+    assert _run_read(tmp_path, kafka_bootstrap, topic_name) == []
+    _produce(kafka_bootstrap, topic_name, range(400))
+    stop = threading.Event()
+
+    def keep_producing():
+        i = 400
+        while not stop.is_set():
+            _produce(kafka_bootstrap, topic_name, range(i, i + 40))
+            i += 40
+
+    t = threading.Thread(target=keep_producing)
+    t.start()
+    try:
+        rows = _run_read(tmp_path, kafka_bootstrap, topic_name, max_batch=7)
+    finally:
+        stop.set()
+        t.join()
+    per_part = {}
+    for part, off, _ in rows:
+        per_part[part] = per_part.get(part, 0) + 1
+    assert len(rows) == len({(p, o) for p, o, _ in rows})  # no duplicates
+    assert set(range(400)) <= {v for _, _, v in rows}
+    _assert_contiguous(rows, [0] * PARTITIONS, [per_part[p] for p in range(PARTITIONS)])
+
+
+def test_unbounded_read_while_producing_stops_after_first_n_per_partition(kafka_bootstrap, topic_name, tmp_path):
+    total, stop_after = 20_000, 1_250  # 1,250 per partition x 4 = the first 5,000
+    _create_topic(kafka_bootstrap, topic_name)
+    _produce(kafka_bootstrap, topic_name, range(1_000))
+    out = tmp_path / "unbounded"
+    out.mkdir()
+    error = []
+
+    def producer():
+        # The rest only once the pipeline has emitted a bundle: it has read the first
+        # 1,000, caught up, and must wait (idle checkpoints) for the stream to go on.
+        try:
+            deadline = time.monotonic() + 60
+            while not os.listdir(out) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            for lo in range(1_000, total, 500):
+                _produce(kafka_bootstrap, topic_name, range(lo, lo + 500))
+                time.sleep(0.02)
+        except Exception as exc:  # noqa: BLE001
+            error.append(exc)
+
+    t = threading.Thread(target=producer)
+    t.start()
+    try:
+        metrics = {}
+        rows = _run_read(tmp_path, kafka_bootstrap, topic_name, bounded=False, stop_after=stop_after,
+                         poll_timeout=0.05, metrics=metrics, out=out)
+    finally:
+        t.join()
+    assert not error
+    assert metrics["messages_read"] == PARTITIONS * stop_after
+    assert metrics["idle_checkpoints"] >= PARTITIONS  # caught up with the producer: deferred, resumed
+
+    assert len(rows) == PARTITIONS * stop_after
+    assert len({(p, o) for p, o, _ in rows}) == len(rows)  # no duplicates
+    _assert_contiguous(rows, [0] * PARTITIONS, [stop_after] * PARTITIONS)
+    # exactly the messages at those offsets, as the broker has them
+    on_broker = _read_all(kafka_bootstrap, topic_name, expect=total)
+    assert len(on_broker) == total
+    assert {(p, o): v for p, o, v in rows} == {
+        (p, o): int(kv[1]) for (p, o), kv in on_broker.items() if o < stop_after}
+    assert {v for _, _, v in rows} == set(range(PARTITIONS * stop_after))
+
+
+def test_restart_with_group_resumes_without_loss_or_repeat(kafka_bootstrap, topic_name, tmp_path):
+    group = "g-" + topic_name
+    _create_topic(kafka_bootstrap, topic_name)
+    _produce(kafka_bootstrap, topic_name, range(10_000))
+
+    first = _run_read(tmp_path, kafka_bootstrap, topic_name, group_id=group)
+    assert sorted(v for _, _, v in first) == list(range(10_000))
+
+    _produce(kafka_bootstrap, topic_name, range(10_000, 15_000))
+    second = _run_read(tmp_path, kafka_bootstrap, topic_name, group_id=group)
+    assert sorted(v for _, _, v in second) == list(range(10_000, 15_000))
+    _assert_contiguous(second, [2_500] * PARTITIONS, [3_750] * PARTITIONS)
+
+    # the group's committed offsets are the ends (committed from bundle finalizers)
+    c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
+    committed = c.committed([TopicPartition(topic_name, p) for p in range(PARTITIONS)], timeout=10)
+    c.close()
+    assert [tp.offset for tp in committed] == [3_750] * PARTITIONS
+
+    assert _run_read(tmp_path, kafka_bootstrap, topic_name, group_id=group) == []
+
+    # unbounded reads commit from bundle finalizers too: two runs of 100 per partition follow on
+    _produce(kafka_bootstrap, topic_name, range(15_000, 16_000))
+    a = _run_read(tmp_path, kafka_bootstrap, topic_name, group_id=group, bounded=False, stop_after=100)
+    b = _run_read(tmp_path, kafka_bootstrap, topic_name, group_id=group, bounded=False, stop_after=100)
+    assert sorted(v for _, _, v in a) == list(range(15_000, 15_400))
+    assert sorted(v for _, _, v in b) == list(range(15_400, 15_800))
+
+
+def test_explicit_start_offsets(kafka_bootstrap, topic_name, tmp_path):
+    group = "g-" + topic_name
+    _create_topic(kafka_bootstrap, topic_name)
+    _produce(kafka_bootstrap, topic_name, range(4_000))  # 1,000 per partition
+
+    starts = {0: 0, 1: 250, 2: 999, 3: 1_000}
+    rows = _run_read(tmp_path, kafka_bootstrap, topic_name, start_offsets=starts)
+    _assert_contiguous(rows, [0, 250, 999, 1_000], [1_000] * PARTITIONS)
+    assert {v for _, _, v in rows} == {i for i in range(4_000) if i // PARTITIONS >= starts[i % PARTITIONS]}
+
+    # explicit offsets win over the group's; partitions not named resume from the group
+    _run_read(tmp_path, kafka_bootstrap, topic_name, group_id=group, stop_after=600)
+    rows = _run_read(tmp_path, kafka_bootstrap, topic_name, group_id=group, start_offsets={2: 100})
+    _assert_contiguous(rows, [600, 600, 100, 600], [1_000] * PARTITIONS)
+
+
+def test_runner_initiated_split_is_honoured(kafka_bootstrap, topic_name):
+    """A runner may split a restriction while it is read (dynamic work rebalancing): the primary
+    stops at the split point and the residual, read later, continues from there; nothing twice."""
+    from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+    from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
+    from apache_beam.runners.sdf_utils import RestrictionTrackerView, ThreadsafeRestrictionTracker
+
+    from pipelines.beam_io.partition_fn import BoundedReadPartitionFn, PartitionSpec
+
+    _create_topic(kafka_bootstrap, topic_name, partitions=1)
+    _produce(kafka_bootstrap, topic_name, range(1_000), partitions=1)
+
+    class Finalizer:
+        def __init__(self):
+            self.callbacks = []
+
+        def register(self, cb):
+            self.callbacks.append(cb)
+
+    fn = BoundedReadPartitionFn(kafka_bootstrap, None, None, max_batch=100, poll_timeout=0.2,
+                                 checkpoint_seconds=10, unbounded=False)
+    fn.setup()
+    spec = PartitionSpec(topic_name, 0, 0, 1_000)
+    tracker = ThreadsafeRestrictionTracker(OffsetRestrictionTracker(OffsetRange(0, 1_000)))
+    got, residual = [], None
+    for out in fn.process(spec, Finalizer(), RestrictionTrackerView(tracker), ManualWatermarkEstimator(None)):
+        got.extend(m.offset for m in out.value)
+        if residual is None:
+            _primary, residual = tracker.try_split(0.5)  # as a runner's split request would
+    tracker.check_done()
+    assert got == list(range(residual.start))
+    assert 100 <= residual.start < 1_000 and residual.stop == 1_000
+
+    tracker = ThreadsafeRestrictionTracker(OffsetRestrictionTracker(residual))
+    for out in fn.process(spec, Finalizer(), RestrictionTrackerView(tracker), ManualWatermarkEstimator(None)):
+        got.extend(m.offset for m in out.value)
+    tracker.check_done()
+    fn.teardown()
+    assert got == list(range(1_000))
+
+
+def test_portable_runner_reads_writes_and_commits(kafka_bootstrap, topic_name):
+    """Nothing FnApiRunner-specific: the same transforms through the PortableRunner (local job
+    service, LOOPBACK worker over gRPC), including offset commits from bundle finalizers."""
+    from apache_beam.metrics import MetricsFilter
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    group, out_topic = "g-" + topic_name, topic_name + "-out"
+    _create_topic(kafka_bootstrap, topic_name)
+    _create_topic(kafka_bootstrap, out_topic)
+    _produce(kafka_bootstrap, topic_name, range(2_000))
+
+    class Count(beam.DoFn):
+        def __init__(self):
+            self.n = beam.metrics.Metrics.counter("test", "read")
+
+        def process(self, batch):
+            self.n.inc(len(batch))
+            yield [m.value for m in batch]
+
+    opts = PipelineOptions(["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"])
+    p = beam.Pipeline(options=opts)
+    _ = (p | ReadFromKafka(kafka_bootstrap, topic_name, group_id=group) | beam.ParDo(Count())
+         | WriteToKafka(kafka_bootstrap, out_topic))
+    result = p.run()
+    result.wait_until_finish()
+    assert sum(c.committed for c in result.metrics().query(MetricsFilter().with_name("read"))["counters"]) == 2_000
+
+    c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
+    committed = c.committed([TopicPartition(topic_name, p) for p in range(PARTITIONS)], timeout=10)
+    c.close()
+    assert [tp.offset for tp in committed] == [500] * PARTITIONS
+    copied = _read_all(kafka_bootstrap, out_topic, expect=2_000)
+    assert sorted(int(v) for _, v in copied.values()) == list(range(2_000))
+
+
+# --------------------------------------------------------------------------- writing
+
+def test_write_to_kafka_delivers_every_value_once(kafka_bootstrap, topic_name):
+    _create_topic(kafka_bootstrap, topic_name)
+    n = 10_000
+    bare = [b"%d" % i for i in range(n // 2)]                                         # bytes values, keyed by key_fn
+    batches = [[(b"k%d" % i, b"%d" % i) for i in range(lo, lo + 100)] for lo in range(n // 2, n, 100)]  # lists of pairs
+
+    p = beam.Pipeline(runner=FnApiRunner())
+    _ = (p | "bare" >> beam.Create(bare)
+         | "w1" >> WriteToKafka(kafka_bootstrap, topic_name, key_fn=lambda v: b"k" + v))
+    _ = (p | "batches" >> beam.Create(batches)
+         | "w2" >> WriteToKafka(kafka_bootstrap, topic_name))
+    result = p.run()
+    result.wait_until_finish()
+    assert _counters(result)["messages_delivered"] == n
+
+    got = _read_all(kafka_bootstrap, topic_name, expect=n)
+    values = sorted(int(v) for _, v in got.values())
+    assert values == list(range(n))  # all there, once
+    assert all(k == b"k" + v for k, v in got.values())
+
+
+def test_write_to_a_refusing_broker_raises(topic_name):
+    bootstrap = f"127.0.0.1:{free_port()}"  # nothing listens there
+    t0 = time.monotonic()
+    with pytest.raises(Exception, match=rf"(?s)Kafka delivery to topic '{topic_name}'.*timed out"):
+        with beam.Pipeline(runner=FnApiRunner()) as p:
+            _ = (p | beam.Create([b"a", b"b", b"c"])
+                 | WriteToKafka(bootstrap, topic_name, producer_config={"message.timeout.ms": 1500}))
+    assert time.monotonic() - t0 < 20
+
+
+def test_write_to_an_invalid_topic_raises(kafka_bootstrap):
+    bad = "not a valid topic!"
+    t0 = time.monotonic()
+    with pytest.raises(Exception, match=r"Kafka delivery to topic 'not a valid topic!'"):
+        with beam.Pipeline(runner=FnApiRunner()) as p:
+            _ = (p | beam.Create([b"a"] * 10)
+                 | WriteToKafka(kafka_bootstrap, bad, producer_config={"message.timeout.ms": 2000}))
+    assert time.monotonic() - t0 < 20
+
+
+def test_reading_a_missing_topic_raises(kafka_bootstrap, topic_name, tmp_path):
+    with pytest.raises(Exception, match="not available"):
+        _run_read(tmp_path, kafka_bootstrap, topic_name + "-missing", resolve_timeout=5)

@@ -1,0 +1,180 @@
+"""The contract every registered learner keeps, checked for each one:
+
+- its compiled kernel gives the slow literal reference's predictions;
+- batch boundaries change nothing (strictly online);
+- unlabelled examples are predicted, not learned;
+- a saved learner continues bit-identically after loading;
+- it is scale-invariant exactly when it says so;
+- split over K feature shards it equals one learner (coordinate-separable
+  learners), or it refuses shards;
+- it learns, and its parameters are validated by name.
+
+The families' own files check what is particular to each (state fields
+against the references, non-default parameters, the papers' inequalities).
+"""
+
+import numpy as np
+import pytest
+
+from learners import OnlineLearner, make_algorithm, make_learner
+from learners.algorithms import SPECS
+from learners.registry import learner_names
+from learners.sharding import ShardedLearner
+from tests.reference import make_reference
+from tests.support.compare import assert_scores_match
+from tests.support.gen import features, labels, to_csr
+
+NAMES = learner_names()
+INVARIANT = {"scinol1", "scinol2", "kotlowski1", "kotlowski2", "nag"}
+"""The learners whose predictions do not change when features are rescaled."""
+SOFTMAX = {"scinol1", "scinol2", "ogd", "ogd-global", "kt", "kt-avg", "kt-coord", "sgd", "adagrad", "adam", "nag",
+           "aprox", "kotlowski1"}
+"""The learners defined for the softmax loss."""
+PARAMS = {"scinol1": {"eps": 0.5}, "scinol2": {"eps": 0.5}, "ogd": {"radius": 10.0}, "ogd-global": {"scale": 0.5},
+          "kt": {"wealth": 0.5}, "kt-avg": {"wealth": 2.0}, "kt-coord": {"wealth": 0.5}, "kotlowski1": {"alpha": 2.5},
+          "kotlowski2": {"alpha": 2.5}, "implicit": {"lr": 0.2}, "pa1": {"C": 0.5}, "pa2": {"C": 2.0},
+          "aprox": {"lr": 0.5}, "sgd": {"lr": 0.3}, "adagrad": {"lr": 0.3}, "adam": {"lr": 0.01}, "nag": {"lr": 0.3}}
+"""Non-default parameters, so a saved learner must carry its own."""
+
+
+def loss_for(name):
+    spec = SPECS.get(name)
+    return spec.losses[0] if spec is not None and spec.losses else "logistic"
+
+
+def cases(names=NAMES, softmax=True):
+    """(name, loss) pairs: each learner's first loss, and softmax where it has one."""
+    out = [(n, loss_for(n)) for n in names]
+    return out + [(n, "softmax") for n in names if softmax and n in SOFTMAX]
+
+
+def model(name, loss, **kw):
+    return make_learner(name, loss, n_classes=3 if loss == "softmax" else None, **kw)
+
+
+def data(seed, loss, n=250, d=8, log10_scale=(-3.0, 3.0)):
+    rng = np.random.default_rng(seed)
+    X = features(rng, n, d, log10_scale=log10_scale)
+    return rng, X, labels(rng, X, loss)
+
+
+def reference_scores(name, X, y, loss):
+    K = 3 if loss == "softmax" else 1
+    ref = make_reference(name, X.shape[1] + 1, loss, K)
+    rows = [ref.step([1.0] + x.tolist(), float(label)) for x, label in zip(X, y)]
+    shape = (len(rows), K)
+    return (np.array([r[0] for r in rows], dtype=float).reshape(shape),
+            np.array([r[1] for r in rows], dtype=float).reshape(shape))
+
+
+@pytest.mark.parametrize("name,loss", cases(softmax=False) + [c for c in cases() if c[1] == "softmax"
+                                                               and c[0] != "kotlowski1"])
+@pytest.mark.parametrize("layout", ["dense", "csr-shuffled"])
+def test_kernel_equals_the_slow_reference(name, loss, layout):
+    rng, X, y = data(NAMES.index(name), loss, n=120, d=6, log10_scale=(-1.0, 1.0))
+    y[::9] = np.nan  # unlabelled rows are predicted by both, learned by neither
+    want, scale = reference_scores(name, X, y, loss)
+    got = model(name, loss).learn(X if layout == "dense" else to_csr(X, rng), y)
+    assert np.abs(want).max() > 0  # the reference did move
+    rtol = 1e-12
+    if name == "kotlowski2":
+        # Its reference takes a pseudo-inverse by SVD: round-off relative to
+        # the typical term (e.g. 1e-16, not 0, in a direction seen first).
+        rtol, scale = 1e-8, np.maximum(scale, np.median(scale))
+    assert_scores_match(got, want[:, 0] if want.shape[1] == 1 else want, scale[:, 0] if scale.shape[1] == 1
+                        else scale, rtol)
+
+
+@pytest.mark.parametrize("name,loss", cases())
+def test_batches_split_anywhere_give_the_same_run(name, loss):
+    _, X, y = data(3, loss, n=200, d=6)
+    whole = model(name, loss).learn(X, y)
+    split = model(name, loss)
+    cuts = [0, 1, 2, 50, 51, 131, 200]
+    parts = [split.learn(X[a:b], y[a:b]) for a, b in zip(cuts, cuts[1:])]
+    np.testing.assert_array_equal(np.concatenate(parts), whole)
+
+
+@pytest.mark.parametrize("name,loss", cases(softmax=False))
+def test_unlabelled_examples_are_predicted_not_learned(name, loss):
+    _, X, y = data(4, loss, n=150, d=5)
+    gaps = y.copy()
+    gaps[::3] = np.nan
+    learner = model(name, loss)
+    scores, losses = learner.learn(X, gaps, return_losses=True)
+    keep = ~np.isnan(gaps)
+    assert np.isnan(losses[~keep]).all() and not np.isnan(losses[keep]).any()
+    assert learner.n_examples == int(keep.sum())
+    np.testing.assert_array_equal(model(name, loss).learn(X[keep], y[keep]), scores[keep])
+
+
+@pytest.mark.parametrize("name,loss", cases())
+def test_saved_learner_continues_bit_identically(tmp_path, name, loss):
+    _, X, y = data(1, loss, n=300, d=8)
+    params = PARAMS.get(name, {})
+    straight = model(name, loss, **params)
+    want = straight.learn(X, y)
+    first = model(name, loss, **params)
+    head = first.learn(X[:120], y[:120])
+    path = str(tmp_path / "m.scinol")
+    first.save(path)
+    second = OnlineLearner.load(path)
+    assert second.algorithm.name == name and second.algorithm.params == {**first.algorithm.params, **params}
+    assert second.n_examples == first.n_examples
+    tail = second.learn(X[120:], y[120:])
+    np.testing.assert_array_equal(np.concatenate([head, tail]), want)
+    for key, arr in straight.state.arrays.items():
+        n = min(arr.shape[0], second.state.arrays[key].shape[0])
+        np.testing.assert_array_equal(second.state.arrays[key][:n], arr[:n], err_msg=key)
+    assert second.state.scalars == straight.state.scalars
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_scale_invariance_is_as_declared(name):
+    loss = loss_for(name)
+    rng, X, y = data(5, loss, n=400, d=6, log10_scale=(-1.0, 1.0))
+    a = 10.0 ** rng.uniform(-3, 3, size=X.shape[1])
+    base = model(name, loss).learn(X, y)
+    scaled = model(name, loss).learn(X * a, y)
+    scale = np.maximum(np.abs(base), np.median(np.abs(base)) + 1e-300)
+    same = bool(np.all(np.abs(scaled - base) <= 1e-9 * scale))
+    assert make_algorithm(name).scale_invariant == (name in INVARIANT)
+    assert same == (name in INVARIANT), f"{name}: invariant={same}, declared {name in INVARIANT}"
+
+
+@pytest.mark.parametrize("name,loss", cases())
+@pytest.mark.parametrize("k", [1, 3, 7])
+def test_shards_equal_one_learner(name, loss, k):
+    _, X, y = data(k, loss, n=250, d=10, log10_scale=(-1.0, 1.0))
+    algorithm = make_algorithm(name)
+    K = 3 if loss == "softmax" else 1
+    if not algorithm.shardable:
+        with pytest.raises(ValueError, match="not coordinate-separable"):
+            ShardedLearner(algorithm, loss, k, n_outputs=K)
+        return
+    single = model(name, loss)
+    want = single.learn(X, y)
+    sharded = ShardedLearner(algorithm, loss, k, n_outputs=K)
+    np.testing.assert_allclose(sharded.learn(to_csr(X), y), want, rtol=1e-9, atol=1e-12)
+    merged = sharded.merged_state(single.state.n_coords)
+    for key, arr in single.state.arrays.items():
+        np.testing.assert_allclose(merged.arrays[key], arr, rtol=1e-9, atol=1e-12, err_msg=key)
+    assert merged.scalars == pytest.approx(single.state.scalars, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_learner_learns_something(name):
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(3000, 4))
+    u = np.array([1.0, -2.0, 0.5, 0.0])
+    loss = loss_for(name)
+    y = X @ u if loss in ("squared", "epsilon_insensitive") else np.where(X @ u > 0, 1.0, -1.0)
+    _, losses = model(name, loss).learn(X, y, return_losses=True)
+    assert np.mean(losses[-500:]) < 0.7 * np.mean(losses[:100]), name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_parameters_are_validated_by_name(name):
+    for param in make_algorithm(name).params:
+        with pytest.raises(ValueError, match=param):
+            model(name, loss_for(name), **{param: float("nan")})
