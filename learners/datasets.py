@@ -1,4 +1,4 @@
-"""The seed's illustrative data set (seed 000, §4.1).
+"""The paper's illustrative data set (Kempka et al. 2019, §4.1).
 
 21 features x_i ~ N(0, σ_i²) with σ_i = 2^(i-11), i = 1..21 (scales 2^-10 to
 2^10); labels y ∈ {-1, +1} with P(y = +1 | x) = sigmoid(xᵀu), u_i = ±1/σ_i
@@ -30,5 +30,5 @@ def toy_examples(n: int, seed: int, stream: int = 1) -> tuple[np.ndarray, np.nda
 
 
 def toy_dataset(n_train: int = 5000, n_test: int = 100_000, seed: int = 0):
-    """(X_train, y_train, X_test, y_test) as in the seed's experiment."""
+    """(X_train, y_train, X_test, y_test) as in the paper's experiment."""
     return (*toy_examples(n_train, seed, 1), *toy_examples(n_test, seed, 2))

@@ -1,4 +1,4 @@
-"""Kotłowski (2017), Algorithm 2: the full-matrix scale-invariant learner (seed 003).
+"""Kotłowski (2017), Algorithm 2: the full-matrix scale-invariant learner.
 
     S ← S + x xᵀ
     η = exp((hᵀS⁺h - γ) / (2α)) / α,   w = η S⁺h,   ŷ = wᵀx
@@ -257,7 +257,7 @@ class Kotlowski2:
 
     name = "kotlowski2"
     summary = "Kotłowski's full-matrix algorithm: invariant to any invertible linear map of x (O(d²) per example)"
-    source = "seed 003, Algorithm 2"
+    source = "Kotłowski 2017, Algorithm 2"
     parameter_free = True
     scale_invariant = True
     shardable = False

@@ -5,7 +5,7 @@ switch on it. Conventions (documented, tested):
 
 - ``logistic``  ℓ = ln(1 + e^{-yŷ}),  y ∈ {-1, +1}; a label 0 is read as -1.
 - ``hinge``     ℓ = max(0, 1 - yŷ),   y ∈ {-1, +1}; a label 0 is read as -1.
-                 g = -y when yŷ ≤ 1 (seed 000, Table 1), else 0.
+                 g = -y when yŷ ≤ 1 (Kempka et al. 2019, Table 1), else 0.
 - ``absolute``  ℓ = |ŷ - y|,  g = sgn(ŷ - y) (0 at ŷ = y), any real y.
 - ``squared``   ℓ = ½ (ŷ - y)²,  g = ŷ - y, any real y.  Not Lipschitz, so the
                  ScInOL regret bounds do not cover it; the algorithms still run.

@@ -1,4 +1,4 @@
-"""Kotłowski (2017), Algorithm 1: coordinate-wise scale-invariant learning (seed 003).
+"""Kotłowski (2017), Algorithm 1: coordinate-wise scale-invariant learning.
 
     s_i² ← s_i² + x_i²;  if s_i² > 0:
         η_i = exp((h_i² + x_i²) / (2α s_i²)) / (α t d),  w_i = η_i h_i / s_i²   (else w_i = 0)

@@ -1,4 +1,4 @@
-"""Krichevsky–Trofimov coin betting (seed 002).
+"""Krichevsky–Trofimov coin betting (Orabona & Pál 2016).
 
 Algorithm 1 (OLO in a Hilbert space) for a linear model: the loss vector is
 ℓ_t = g_t x_t, so ⟨ℓ_t, w_t⟩ = g_t ŷ_t and the wealth is one global scalar:

@@ -1,11 +1,11 @@
-"""Projected online gradient descent with adaptive rates (seed 001).
+"""Projected online gradient descent with adaptive rates (Streeter & McMahan 2010).
 
 Feasible set: the box [-R, R] per coordinate (D_i = 2R). Per-coordinate
 rates (Algorithm 1): η_{t,i} = scale · D_i / √(2 Σ_{s≤t} g_{s,i}²).
 Global rate (Theorem 2): η_t = scale · D / √(2 Σ_{s≤t} ‖g_s‖²) with
-D = 2R√d, d the number of coordinates seen so far (the seed's experiments
+D = 2R√d, d the number of coordinates seen so far (the paper's experiments
 estimate D online the same way). ``scale`` is the rate multiplier the
-seed's experiments tune (0.6/R per-coordinate, 0.2/R global); 1 is the
+paper's experiments tune (0.6/R per-coordinate, 0.2/R global); 1 is the
 theorem's rate.
 
 Fields: P[j, k] = (w, Σ(g x)²); Q[j] = (seen,). prm = (R, scale).

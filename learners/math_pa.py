@@ -1,4 +1,4 @@
-"""Implicit updates (seed 004): implicit OGD, Passive-Aggressive, aProx.
+"""Implicit updates (Orabona 2020): implicit OGD, Passive-Aggressive, aProx.
 
 All three move w by a multiple of the gradient, w ← w - m g x, with m set
 by ``combine`` from the loss ℓ, g and |x|² (a partial sum like x·w):
@@ -34,7 +34,7 @@ def combine(a, prm, yhat, ex, value, y, loss, loss_prm, fb, t):
         g2 *= x2
         rate = prm[0] / t ** prm[1]
         # ℓ ≤ ℓ_low: the truncated model is flat at w, so its prox step is 0
-        # (the seed's closed form assumes ℓ ≥ ℓ_low; (ℓ - ℓ_low)_+ in Asi & Duchi).
+        # (the paper's closed form assumes ℓ ≥ ℓ_low; (ℓ - ℓ_low)_+ in Asi & Duchi).
         m = min(rate, (value - prm[2]) / g2) if g2 > 0.0 and value > prm[2] else 0.0
     elif x2 == 0.0:
         m = 0.0

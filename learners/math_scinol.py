@@ -1,9 +1,9 @@
-"""ScInOL1 and ScInOL2 per coordinate (seed 000, Algorithms 1 and 2).
+"""ScInOL1 and ScInOL2 per coordinate (Kempka et al. 2019, Algorithms 1 and 2).
 
 Fields: P[j, k] = (G, S², B) with B = β (ScInOL1) or η (ScInOL2); Q[j] = (M,).
 ``weight`` uses M_t = max(M, |x_t|) and β_t without storing them (predict
 is pure); ``update`` stores them and applies g. Every visited coordinate has
-M_t ≥ |x| > 0, so √(S² + M_t²) > 0; the seed's 0/0 = 0 only matters for a
+M_t ≥ |x| > 0, so √(S² + M_t²) > 0; the paper's 0/0 = 0 only matters for a
 never-seen coordinate, whose weight is 0.
 """
 
@@ -32,7 +32,7 @@ def weight(a, prm, P, Q, j, k, x, t):
     theta = P[j, k, G] * inv
     if a == SCINOL1:
         # ε(S²+M²)/(x² t), as s2/x² ≥ 1 first so nothing overflows; x = 0
-        # gives ∞ (the seed's c/0), leaving β as stored.
+        # gives ∞ (the paper's c/0), leaving β as stored.
         beta = min(P[j, k, B], prm[0] * (s2 / (x * x)) / t)
         return math.copysign(beta * math.expm1(0.5 * abs(theta)) * 0.5 * inv, theta)
     clipped = theta if abs(theta) <= 1.0 else math.copysign(1.0, theta)

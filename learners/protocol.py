@@ -1,4 +1,4 @@
-"""The learner protocol (DESIGN.md §1).
+"""The learner protocol.
 
 Every learner runs single-shard through ``learn_rows`` (a compiled batch
 kernel, one example at a time). A *shardable* (coordinate-separable) learner

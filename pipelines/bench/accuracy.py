@@ -1,9 +1,9 @@
-"""``scinol bench accuracy``: the seed's experiments, side by side with VW and River.
+"""``scinol bench accuracy``: the paper's experiments, side by side with VW and River.
 
-1. The toy (seed 000 §4.1, Figure 1): :mod:`.toy`.
-2. Every bundled real data set, several passes (seed 000 §4.2, Figure 2):
+1. The toy (Kempka et al. 2019 §4.1, Figure 1): :mod:`.toy`.
+2. Every bundled real data set, several passes (Kempka et al. 2019 §4.2, Figure 2):
    :mod:`.multi_epoch` over the contenders of :mod:`.contenders`.
-3. Opt-in, ``--paper-data DIR``: the seed's own data sets (:mod:`.paper_data`).
+3. Opt-in, ``--paper-data DIR``: the paper's own data sets (:mod:`.paper_data`).
 
 Writes PNGs and the ``toy``, ``datasets`` and ``paper-data`` sections of
 OUT/benchmarks.md, and prints the tables.
@@ -73,7 +73,7 @@ def tool_versions(with_vw: bool, with_river: bool) -> list[str]:
 
 
 def run_toy_section(runner, s: Settings, out_dir: str, header) -> str:
-    say(f"toy (seed 000 §4.1): {s.toy_runs} training sets x (2 + 4 x {len(s.toy_grid)}) configurations")
+    say(f"toy (Kempka et al. 2019 §4.1): {s.toy_runs} training sets x (2 + 4 x {len(s.toy_grid)}) configurations")
     t0 = time.perf_counter()
     result = run_toy(runner, runs=s.toy_runs, grid=s.toy_grid, n_train=s.toy_train, n_test=s.toy_test)
     from pipelines.bench.plots import toy_figure
@@ -81,17 +81,17 @@ def run_toy_section(runner, s: Settings, out_dir: str, header) -> str:
     toy_figure(result, os.path.join(out_dir, "bench_toy.png"))
     rows = report.toy_rows(result)
     body = "\n".join([
-        "## The seed's illustrative experiment (seed 000 §4.1, Figure 1)", "",
+        "## The paper's illustrative experiment (Kempka et al. 2019 §4.1, Figure 1)", "",
         header(time.perf_counter() - t0), "",
         f"21 features with scales 2^-10..2^10, labels from a logistic model; {result.n_train:,} training "
         f"examples (one online pass), {result.n_test:,} test examples, {result.runs} random training sets. "
-        "Test cross-entropy every 50 iterations, averaged over the sets. Every learning rate of the seed's grid is "
+        "Test cross-entropy every 50 iterations, averaged over the sets. Every learning rate of the paper's grid is "
         "shown for SGD (lr/√t), AdaGrad, Adam and NAG; ScInOL1 and ScInOL2 have none.", "",
         "![toy: test cross-entropy vs iteration](bench_toy.png)", "",
         report.toy_summary(result), "",
         report.table(["method", "lr", "final test loss", "progressive loss", "checkpoints above zero model"], rows),
     ])
-    print("\ntoy (seed 000 §4.1):\n" + report.toy_summary(result))
+    print("\ntoy (Kempka et al. 2019 §4.1):\n" + report.toy_summary(result))
     return body
 
 
@@ -127,10 +127,10 @@ def datasets_body(title: str, per_dataset, png_stem: str, out_dir: str, header, 
         "each pass in a fresh random order that all tools share; test loss and accuracy after each pass. "
         f"Progressive loss: mean loss of the predictions made during the first pass, each before learning from "
         f"its example. {s.runs} runs; mean ± std over runs.", "",
-        f"**Tuning is on the test set, as in the seed (a bias in favour of the tuned methods).** {tuned_by} "
+        f"**Tuning is on the test set, as in the paper (a bias in favour of the tuned methods).** {tuned_by} "
         f"try every learning rate in {{{grid}}}.{river} Each grid value runs on the first {tune_runs} "
         f"run{'s' if tune_runs > 1 else ''}; the one with the lowest mean final test loss is reported over all "
-        "runs. ScInOL1/2 and Alg1-K17 (seed 003, Alg. 1) have nothing to tune"
+        "runs. ScInOL1/2 and Alg1-K17 (Kotłowski 2017, Alg. 1) have nothing to tune"
         + ("; nor has VW `--coin`. VW default is `--loss_function logistic` (multiclass: `--oaa K "
            "--probabilities`)" if "vw" in tools else "")
         + ("; River default is `LogisticRegression()` (one-vs-rest for K > 2)" if "river" in tools else "")
@@ -183,7 +183,7 @@ def run_accuracy(out_dir: str, s: Settings, quick: bool, with_toy: bool, paper_d
             per = run_datasets(runner, [("bundled", n) for n in names], s, fams, "data set")
             header = provenance(command, time.perf_counter() - t0, tools, quick)
             report.update_section(md, "datasets", datasets_body(
-                "Real data sets bundled with scikit-learn and River (seed 000 §4.2, Figure 2 style)", per,
+                "Real data sets bundled with scikit-learn and River (Kempka et al. 2019 §4.2, Figure 2 style)", per,
                 "bench_datasets", out_dir, header, s, notes + skipped))
         if paper_dir:
             refs, missing = paper_refs(paper_dir, paper_sets)
@@ -194,7 +194,7 @@ def run_accuracy(out_dir: str, s: Settings, quick: bool, with_toy: bool, paper_d
                 per = run_datasets(runner, refs, s, fams, "paper data")
                 header = provenance(command, time.perf_counter() - t0, tools, quick)
                 report.update_section(md, "paper-data", datasets_body(
-                    f"The seed's own data sets (opt-in: `--paper-data`, read in place from {paper_dir})", per,
+                    f"The paper's own data sets (opt-in: `--paper-data`, read in place from {paper_dir})", per,
                     "bench_paper", out_dir, header, s, notes + missing))
     say(f"done in {time.perf_counter() - started:.0f} s; wrote {md}")
     return 0

@@ -5,7 +5,7 @@ installed) bundles Phishing, Bananas, Image Segments and an anomaly-detection
 cut of Shuttle. Features are used raw, unnormalised: that is the point of a
 scale-invariant learner, and every tool gets the same numbers. Labels are
 class indices 0..K-1. Sets without a test set are split 2/3 train, 1/3 test
-at random, once (seed 0), as the seed does (§4.2); runs differ in the order
+at random, once (seed 0), as the paper does (§4.2); runs differ in the order
 of the training examples, not in the split.
 """
 

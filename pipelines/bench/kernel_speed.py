@@ -2,7 +2,7 @@
 driver on the same rows; used by ``benchmarks/bench_kernels.py`` and
 ``scinol bench throughput``.
 
-Dense: seed-000 toy data (21 features). Sparse: 2^20 dimensions, 50 non-zeros
+Dense: Kempka et al. 2019 toy data (21 features). Sparse: 2^20 dimensions, 50 non-zeros
 per row. Each figure is the best of ``repeats`` runs with a fresh model, the
 data fed in batches of 65,536 rows as a streaming job would, JIT compilation
 warmed up beforehand. "learn()" is the public ``model.learn(X, y)`` (input

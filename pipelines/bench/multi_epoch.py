@@ -1,9 +1,9 @@
-"""The seed's §4.2 protocol (Figure 2): several passes over the shuffled
+"""The paper's §4.2 protocol (Figure 2): several passes over the shuffled
 training set, test cross-entropy and accuracy after each pass, several runs.
 
 Every contender sees the same example order: the order of pass e of run r is
 a permutation drawn from (r, e) alone. Tuned methods are tuned on the test
-set, as the seed does (a bias in their favour): each grid value runs on the
+set, as the paper does (a bias in their favour): each grid value runs on the
 first ``tune_runs`` runs, the value with the lowest mean final test loss wins
 and runs on the remaining runs too; reported figures are over all runs.
 """

@@ -1,7 +1,10 @@
-"""The seed's own data sets (§4.2), read from a directory laid out as
-``../shared/data`` (see its MANIFEST.md): opt-in with ``--paper-data DIR``.
+"""The paper's own data sets (Kempka et al. 2019, §4.2), read from a
+directory given with ``--paper-data DIR`` (opt-in): one sub-folder per set,
+holding the files as their sources publish them (``bank/bank-additional-full.csv.gz``,
+``adult/adult.data`` and ``adult.test``, ``madelon/madelon_{train,valid}.{data,labels}``,
+``mnist/``, ``shuttle/shuttle.{trn,tst}``).
 
-They are read in place, never copied. As in the seed, categorical features
+They are read in place, never copied. As in the paper, categorical features
 are one-hot encoded, a missing value ("?", "unknown") is a category of its
 own, and sets without a test set are split 2/3 / 1/3 at random.
 Covertype and the KDD Census-Income set are not on these machines (Adult
@@ -40,7 +43,7 @@ def one_hot(rows: list[list[str]], categorical: list[int]) -> np.ndarray:
 
 
 def load_bank(root: str) -> Dataset:
-    """UCI Bank Marketing, bank-additional-full (the file the seed used)."""
+    """UCI Bank Marketing, bank-additional-full (the file the paper used)."""
     with gzip.open(os.path.join(root, "bank", "bank-additional-full.csv.gz"), "rt", newline="") as f:
         rows = list(csv.reader(f, delimiter=";"))
     header, rows = rows[0], [r for r in rows[1:] if r]
@@ -54,7 +57,7 @@ def load_bank(root: str) -> Dataset:
 
 
 def load_adult(root: str) -> Dataset:
-    """UCI Adult (a stand-in for the seed's KDD Census-Income), its own test set."""
+    """UCI Adult (a stand-in for the paper's KDD Census-Income), its own test set."""
     def read(name):
         with open(os.path.join(root, "adult", name)) as f:
             lines = [ln.strip() for ln in f if ln.strip() and not ln.startswith("|")]
@@ -100,7 +103,7 @@ def load_mnist(root: str) -> Dataset:
 
 
 def load_shuttle(root: str) -> Dataset:
-    """Statlog Shuttle, 7 classes, UCI's trn/tst split (the seed split PMLB's join at random)."""
+    """Statlog Shuttle, 7 classes, UCI's trn/tst split (the paper splits PMLB's join at random)."""
     tr = np.loadtxt(os.path.join(root, "shuttle", "shuttle.trn"))
     te = np.loadtxt(os.path.join(root, "shuttle", "shuttle.tst"))  # tab-separated: any whitespace
     y, k = class_indices(np.concatenate([tr[:, -1], te[:, -1]]))

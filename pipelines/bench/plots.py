@@ -1,5 +1,5 @@
 """The PNGs: Figure 1 (toy) and Figure 2 (test curves per data set) in the
-seed's style. matplotlib with the Agg backend: no display needed."""
+paper's style. matplotlib with the Agg backend: no display needed."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def toy_figure(result, path: str) -> None:
 
 
 def _limits(results, ref, what: str, n_classes: int) -> tuple[float, float]:
-    """Zoom on where the curves that matter are, as the seed's Figure 2 does:
+    """Zoom on where the curves that matter are, as the paper's Figure 2 does:
     from the best curve to a few times ScInOL2's distance from it (never past
     the uniform prediction); curves wholly outside are listed, not drawn."""
     means = [r.curve(what)[0] for r in results]
@@ -83,7 +83,7 @@ def _limits(results, ref, what: str, n_classes: int) -> tuple[float, float]:
 
 def datasets_figure(per_dataset: list, path: str, what: str = "test_loss") -> None:
     """Figure 2 style: one panel per data set, mean ± std over runs after each
-    pass (from the first, as the seed plots); tuned methods at their best."""
+    pass (from the first, as the paper plots); tuned methods at their best."""
     plt = _pyplot()
     n = len(per_dataset)
     rows = math.ceil(n / 4)  # at most 4 panels a row, rows filled evenly

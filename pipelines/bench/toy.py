@@ -4,7 +4,7 @@
 per random training set (``learners.datasets``), logistic loss, one online
 pass; the average test cross-entropy every 50 iterations, averaged over the
 training sets. ScInOL1/2 have nothing to tune; SGD, AdaGrad, Adam and NAG
-run at every learning rate of the seed's grid, and every one is shown.
+run at every learning rate of the paper's grid, and every one is shown.
 """
 
 from __future__ import annotations

@@ -16,13 +16,13 @@ def _names(text: str | None):
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks: the seed's experiments, accuracy and speed vs VW and River",
+    p = sub.add_parser("bench", help="benchmarks: the paper's experiments, accuracy and speed vs VW and River",
                        description="Writes OUT/benchmarks.md (its own sections only) and PNGs beside it.")
     p.set_defaults(func=run)
     bsub = p.add_subparsers(dest="bench_command", required=True, parser_class=type(p))
 
-    a = bsub.add_parser("accuracy", help="toy experiment (seed 000 Fig. 1) and test curves on real data (Fig. 2)",
-                        description="The seed's §4.1 toy and §4.2 multi-pass test curves on every bundled data "
+    a = bsub.add_parser("accuracy", help="toy experiment (Kempka et al. 2019 Fig. 1) and test curves on real data (Fig. 2)",
+                        description="The paper's §4.1 toy and §4.2 multi-pass test curves on every bundled data "
                                     "set, ScInOL beside tuned baselines, Vowpal Wabbit and River (when installed).")
     a.add_argument("--out", default="docs", help="directory for benchmarks.md and the PNGs (default: docs)")
     a.add_argument("--quick", action="store_true", help="a smoke test: 2 runs, 2 passes, 2 learning rates, "
@@ -32,11 +32,11 @@ def add_parser(sub) -> None:
     a.add_argument("--tune-runs", type=int, help="runs each grid value gets before the best is chosen (default 3)")
     a.add_argument("--epochs", type=int, help="passes over each training set (default: per data set)")
     a.add_argument("--lr-grid", metavar="LR,LR,...", help="learning rates the tuned methods try on real data "
-                                                          "(default: the union of the seed's two grids, 1e-5..10)")
+                                                          "(default: the union of the paper's two grids, 1e-5..10)")
     a.add_argument("--datasets", metavar="A,B,...", help="bundled data sets to run, or 'none' (default: all)")
     a.add_argument("--no-toy", action="store_true", help="skip the toy experiment")
-    a.add_argument("--paper-data", metavar="DIR", help="also run the seed's data sets read from DIR "
-                                                       "(laid out as ../shared/data; never copied)")
+    a.add_argument("--paper-data", metavar="DIR", help="also run the paper's data sets read from DIR "
+                                                       "(one sub-folder per set, as pipelines/bench/paper_data.py describes; never copied)")
     a.add_argument("--paper-sets", metavar="A,B,...", help="with --paper-data: which (default: all found)")
     a.add_argument("--no-vw", action="store_true", help="leave Vowpal Wabbit out")
     a.add_argument("--no-river", action="store_true", help="leave River out")

@@ -30,8 +30,8 @@ def run(args) -> int:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("generate", help="write a generated data set to a file",
-                       description="Data sets from the seed papers, written as CSV (label column 'y') or libsvm.")
-    p.add_argument("name", choices=["toy"], help="toy: the illustrative data of seed 000 §4.1 (21 features, scales 2^-10..2^10)")
+                       description="Data sets from the papers, written as CSV (label column 'y') or libsvm.")
+    p.add_argument("name", choices=["toy"], help="toy: the illustrative data of Kempka et al. 2019 §4.1 (21 features, scales 2^-10..2^10)")
     p.add_argument("-o", "--output", required=True, metavar="FILE")
     p.add_argument("--n", type=int, default=5000, help="number of examples (default 5000)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")

@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
     add_kafka_options(p, "the topic to write (created when missing)")
     p.add_argument("--format", choices=["csv", "libsvm"], help="file format (default: from the extension)")
     p.add_argument("--label", default=None, help="CSV label column: header name or 0-based index")
-    p.add_argument("--generate", choices=["toy"], help="generated data instead of a file (seed 000 §4.1)")
+    p.add_argument("--generate", choices=["toy"], help="generated data instead of a file (Kempka et al. 2019 §4.1)")
     p.add_argument("--n", type=int, default=5000, help="--generate: number of events")
     p.add_argument("--seed", type=int, default=0, help="--generate: random seed")
     p.add_argument("--partitions", type=int, default=None, help="partitions when creating the topic (default 1)")

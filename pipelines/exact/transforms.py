@@ -46,7 +46,7 @@ class LearnModels(beam.DoFn):
     and when the input ends.
 
     The model lives in worker memory; its durability is the checkpoint plus
-    the Kafka offsets it covers (DESIGN.md §4): a restarted pipeline resumes
+    the Kafka offsets it covers: a restarted pipeline resumes
     from there. A checkpoint is written only after the predictions it covers
     are acknowledged by Kafka (flush first), so a crash at any moment loses
     no prediction; predictions made after the last checkpoint are made again

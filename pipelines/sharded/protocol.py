@@ -1,4 +1,4 @@
-"""Sharded mode's protocol for one model, without Beam (DESIGN.md §1, §3).
+"""Sharded mode's protocol for one model, without Beam.
 
     Router (per model)        numbers the model's events 1, 2, ... in arrival
                               order (the model's *sequence*) and splits each

@@ -65,7 +65,7 @@ def run_quick(tmp_path, capsys, *extra):
 def test_quick_accuracy_writes_tables_and_figures(tmp_path, capsys):
     md, output = run_quick(tmp_path, capsys)
 
-    toy = {(r[0], r[1]): r for r in table_after(md, "seed 000 §4.1, Figure 1")}
+    toy = {(r[0], r[1]): r for r in table_after(md, "Kempka et al. 2019 §4.1, Figure 1")}
     assert {m for m, _ in toy} == {"ScInOL1", "ScInOL2", "SGD", "AdaGrad", "Adam", "NAG"}
     assert len(toy) == 2 + 4 * 2  # quick grid: two learning rates per tuned method
     finals = {k: mean_of(r[2]) for k, r in toy.items()}
@@ -74,7 +74,7 @@ def test_quick_accuracy_writes_tables_and_figures(tmp_path, capsys):
     optimal = float(re.search(r"optimal model u: ([\d.]+)", md).group(1))
     assert 0.2 < optimal < finals[("ScInOL2", "-")] < math.log(2), finals  # ScInOL2 beats the zero model
     assert finals[("ScInOL2", "-")] < finals[("ScInOL1", "-")]
-    assert max(finals[("SGD", lr)] for lr in ("0.01", "1")) > math.log(2)  # as in the seed's Figure 1
+    assert max(finals[("SGD", lr)] for lr in ("0.01", "1")) > math.log(2)  # as in the paper's Figure 1
 
     vw, river = have("vowpalwabbit"), have("river")
     expected = OURS + (VW if vw else []) + (RIVER if river else [])
@@ -104,7 +104,7 @@ def test_missing_vw_and_river_are_said_and_skipped(tmp_path, capsys, monkeypatch
     assert "vowpalwabbit not installed" in output and "river not installed" in output
     assert "vowpalwabbit not installed" in md and "river not installed" in md
     assert [r[0] for r in table_after(md, "### breast-cancer")] == OURS
-    assert "seed 000 §4.1" not in md  # --no-toy: no toy section
+    assert "Kempka et al. 2019 §4.1" not in md  # --no-toy: no toy section
     assert_png(tmp_path / "bench_datasets_loss.png")
 
 

@@ -1,4 +1,4 @@
-"""Scale invariance (seed 000, §2 and Appendix B): multiplying feature i by
+"""Scale invariance (Kempka et al. 2019, §2 and Appendix B): multiplying feature i by
 any a_i > 0 leaves every prediction of ScInOL1 and ScInOL2 unchanged."""
 
 import numpy as np

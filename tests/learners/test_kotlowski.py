@@ -1,6 +1,6 @@
-"""Kotłowski (2017), seed 003: Algorithm 1 (``kotlowski1``, coordinate-wise)
+"""Kotłowski (2017), Kotłowski 2017: Algorithm 1 (``kotlowski1``, coordinate-wise)
 and Algorithm 2 (``kotlowski2``, full matrix) against slow literal references
-(tests/reference_kotlowski.py), the seed's per-step potential inequalities
+(tests/reference_kotlowski.py), the paper's per-step potential inequalities
 (Lemma 3 and Lemma 7) at every step, and their invariances."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Projected OGD (seed 001) and KT coin betting (seed 002): the compiled
+"""Projected OGD (Streeter & McMahan 2010) and KT coin betting (Orabona & Pál 2016): the compiled
 kernels against the slow literal references of tests/reference_ogd_kt.py,
-and the seeds' guarantees checked on the kernels' own runs.
+and the papers' guarantees checked on the kernels' own runs.
 
 - the five learners ("ogd", "ogd-global", "kt", "kt-avg", "kt-coord") equal
   the references to 1e-12 relative, scores and final state;
@@ -8,8 +8,8 @@ and the seeds' guarantees checked on the kernels' own runs.
   wealth is W_0 − Σ ⟨ℓ_t, w_t⟩ with the clipped ℓ_t;
 - OGD's projection keeps |w| ≤ R;
 - kt-avg predicts offline with the averaged iterate, online with w_t;
-- regret bounds: KT Theorem 1 (seed 002); OGD Theorem 3 and Theorem 2
-  (seed 001) with the theorem's rate (scale = 1).
+- regret bounds: KT Theorem 1 (Orabona & Pál 2016); OGD Theorem 3 and Theorem 2
+  (Streeter & McMahan 2010) with the theorem's rate (scale = 1).
 """
 
 import math
@@ -28,7 +28,7 @@ LEARNERS = ("ogd", "ogd-global", "kt", "kt-avg", "kt-coord")
 LOSSES = BINARY + ("softmax",)
 KT_VARIANT = {"kt": "alg1", "kt-avg": "avg", "kt-coord": "coord"}
 PARAMS = {  # besides the defaults, one non-default setting per learner
-    "ogd": [{}, {"radius": 1.0, "scale": 0.6}],  # the seed's experiments: rate × 0.6/R
+    "ogd": [{}, {"radius": 1.0, "scale": 0.6}],  # the paper's experiments: rate × 0.6/R
     "ogd-global": [{}, {"radius": 1.0, "scale": 0.2}],  # × 0.2/R
     "kt": [{}, {"wealth": 0.25}],
     "kt-avg": [{}, {"wealth": 3.0}],

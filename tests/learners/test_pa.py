@@ -1,4 +1,4 @@
-"""Implicit OGD, Passive-Aggressive (PA, PA-I, PA-II) and aProx (seed 004)
+"""Implicit OGD, Passive-Aggressive (PA, PA-I, PA-II) and aProx (Orabona 2020)
 against the slow literal references of tests/reference_pa.py, plus the
 per-step properties that define them."""
 
@@ -97,7 +97,7 @@ def test_aprox_equals_the_truncated_prox(loss, setting):
 
 def test_aprox_makes_no_step_when_the_loss_is_below_loss_low():
     """The truncated model max(ℓ + ⟨g, v - w⟩, ℓ_low) is flat at w when
-    ℓ ≤ ℓ_low, so its prox step is zero (the seed's closed form
+    ℓ ≤ ℓ_low, so its prox step is zero (the paper's closed form
     min(η, (ℓ - ℓ_low)/‖g‖²) would step uphill)."""
     model = make_learner("aprox", "squared", lr=1.0, power=0.0, loss_low=1.0, bias=False)
     model.learn([[1.0]], [4.0])  # ℓ = 8 > 1: w = 0 - min(1, 7/16)·(-4) = 1.75
@@ -107,12 +107,12 @@ def test_aprox_makes_no_step_when_the_loss_is_below_loss_low():
     np.testing.assert_array_equal(model.weights(), [[1.75]])
 
 
-# -- the seed's correspondence: PA on hinge is aProx on the truncated model ------------
+# -- the paper's correspondence: PA on hinge is aProx on the truncated model ------------
 
 @pytest.mark.parametrize("loss", ["hinge", "epsilon_insensitive"])
 @pytest.mark.parametrize("C", [0.02, 1.0])
 def test_pa1_is_aprox_with_constant_rate_C(loss, C):
-    """PA-I with C ≡ aProx with lr = C, power = 0, loss_low = 0 (seed 004, §3:
+    """PA-I with C ≡ aProx with lr = C, power = 0, loss_low = 0 (Orabona 2020, §3:
     for hinge (and ε-insensitive) |g| = 1 whenever ℓ > 0, so (ℓ - 0)/‖g x‖²
     = ℓ/‖x‖² and η_t = C/t⁰ = C). Same arithmetic, so bit for bit; also
     between the two independent references, to 1e-12."""

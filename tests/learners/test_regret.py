@@ -1,4 +1,4 @@
-"""The regret bounds of seed 000: Theorem 3.1 (ScInOL1) and Theorem 3.2
+"""The regret bounds of Kempka et al. 2019: Theorem 3.1 (ScInOL1) and Theorem 3.2
 (ScInOL2) hold, for every comparator we can compute, on random and
 adversarially ordered sequences."""
 

@@ -1,5 +1,5 @@
 """Sharded = unsharded: the learner protocol over K feature shards gives the
-single-shard learner's predictions and state (DESIGN.md §1)."""
+single-shard learner's predictions and state."""
 
 import numpy as np
 import pytest

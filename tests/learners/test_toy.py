@@ -21,7 +21,7 @@ def test_scinol2_one_pass_reaches_031_on_average_over_10_seeds():
         best.append(cross_entropy(X_test @ toy_comparator(seed), y_test))
     assert np.mean(results) <= 0.31, results
     assert np.mean(best) < np.mean(results) < np.log(2)
-    assert 0.24 < np.mean(best) < 0.28  # the data set is the seed's
+    assert 0.24 < np.mean(best) < 0.28  # the data set is the paper's
 
 
 def test_toy_data_has_the_seed_scales():

@@ -1,4 +1,4 @@
-"""Slow, literal per-example implementations of Kotłowski (2017), seed 003.
+"""Slow, literal per-example implementations of Kotłowski (2017), Kotłowski 2017.
 
 Algorithm 1 (coordinate-wise) is written in plain Python floats over every
 coordinate of a dense row, zeros included, with the bias as an explicit

@@ -1,27 +1,27 @@
-"""Slow, literal per-example references for projected OGD (seed 001) and KT
-coin betting (seed 002), for tests only.
+"""Slow, literal per-example references for projected OGD (Streeter & McMahan 2010) and KT
+coin betting (Orabona & Pál 2016), for tests only.
 
-Written from the seeds' algorithm statements, over every coordinate of a
+Written from the papers' algorithm statements, over every coordinate of a
 dense row (zeros included; the bias, when used, is an explicit column of
 ones), in plain Python floats. The conventions the compiled kernels document
 (learners/math_ogd.py, learners/math_kt.py) are restated here where the
 seeds leave a choice:
 
-- OGD (seed 001). Feasible set F = [-R, R]^n, so D_i = b_i - a_i = 2R and
+- OGD (Streeter & McMahan 2010). Feasible set F = [-R, R]^n, so D_i = b_i - a_i = 2R and
   x_1 = 0 ∈ F. The loss f_t(w) = ℓ(y_t, ⟨x_t, w⟩) has gradient
   G_{t,j,k} = g_{t,k} x_{t,j} (g = dℓ/dŷ). Algorithm 1:
       η_{t,i} = scale · D_i / √(2 Σ_{s≤t} G_{s,i}²),  w_{t+1,i} = Π_[a_i,b_i](w_{t,i} − η_{t,i} G_{t,i}).
   Theorem 2 (one global rate):
       η_t = scale · D / √(2 Σ_{s≤t} ‖G_s‖²),  D = 2R√d,
   d the number of coordinates seen (non-zero) in the examples learned from
-  so far, this one included (the seed's "diameter estimated online from the
+  so far, this one included (the paper's "diameter estimated online from the
   number of attributes seen so far"). A coordinate (or, for the global rate,
   a whole step) whose gradient sum is still 0 does not move: its step
   η · 0 is 0 whatever η is.
-- KT (seed 002). Loss vector ℓ_t = the gradient G_t above, clipped as a
+- KT (Orabona & Pál 2016). Loss vector ℓ_t = the gradient G_t above, clipped as a
   whole to ‖ℓ_t‖ ≤ 1 (Theorem 1's assumption). Algorithm 1, literally:
       w_t = −(1/t) (W_0 − Σ_{i<t} ⟨ℓ_i, w_i⟩) Σ_{i<t} ℓ_i
-  with W_0 the initial wealth (the seed's 1). Algorithm 3's output
+  with W_0 the initial wealth (the paper's 1). Algorithm 3's output
   w̄ = (1/T) Σ_t w_t, kept here as the list of every w_t and averaged when
   asked; the averaged learner predicts offline (unlabelled examples) with w̄
   and learns with w_t. Per-coordinate variant: coordinate (j, k) plays its

@@ -1,17 +1,17 @@
-"""Slow, literal per-example references for seed 004: implicit OGD, PA, aProx.
+"""Slow, literal per-example references for Orabona 2020: implicit OGD, PA, aProx.
 
 Written from the definitions, not from the kernels (learners/math_pa.py):
 
-- implicit OGD (seed 004, eq. (2)): w' = argmin_v ½(x·v - y)² + ‖v - w‖²/(2η),
+- implicit OGD (Orabona 2020, eq. (2)): w' = argmin_v ½(x·v - y)² + ‖v - w‖²/(2η),
   computed by solving its normal equations (I/η + x xᵀ) w' = w/η + y x with
   numpy.linalg.solve — an independent check of the closed form in eq. (3);
 - PA, PA-I, PA-II (Crammer et al. 2006): τ = ℓ/‖x‖², min(C, ℓ/‖x‖²),
   ℓ/(‖x‖² + 1/(2C)); hinge: w' = w + τ y x; ε-insensitive:
   w' = w + τ sgn(y - ŷ) x;
-- aProx (seed 004, §3): w' = argmin_v max(ℓ + ⟨G, v - w⟩, ℓ_low) + ‖v - w‖²/(2η_t)
+- aProx (Orabona 2020, §3): w' = argmin_v max(ℓ + ⟨G, v - w⟩, ℓ_low) + ‖v - w‖²/(2η_t)
   with G the gradient of ℓ in w (g_k x per output k) and η_t = lr / t^power,
   found by bisection on the one-dimensional problem along -G (not the
-  seed's closed form).
+  post's closed form).
 
 Every coordinate of a dense row is visited (zeros included); the bias is an
 explicit leading 1 in x. Plain Python floats except for the linear solve.

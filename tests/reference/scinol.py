@@ -1,7 +1,7 @@
 """Slow, literal per-example implementations, for tests only.
 
-Written straight from seed 000 (Algorithms 1 and 2) and DESIGN.md §1, over
-every coordinate of a dense row (zeros included) with the seed's conventions
+Written straight from Kempka et al. 2019 (Algorithms 1 and 2) and docs/architecture.md, over
+every coordinate of a dense row (zeros included) with the paper's conventions
 0/0 = 0 and c/0 = ∞, in plain Python floats. They share no code with the
 compiled kernels, so agreement checks the kernels (and their skipping of
 zero entries) against the paper.
@@ -69,7 +69,7 @@ class ReferenceScInOL:
                 root = math.sqrt(sq)
                 theta = div(self.G[j][k], root)
                 if self.variant == 1:
-                    if x[j] != 0.0:  # DESIGN.md §1: skip where x = 0
+                    if x[j] != 0.0:  # docs/architecture.md: skip where x = 0
                         beta[j][k] = min(self.B[j][k], self.eps * div(sq, x[j] ** 2) / t)
                     w[j][k] = div(beta[j][k] * sgn(theta) * math.expm1(abs(theta) / 2), 2 * root)
                 else:
