@@ -89,6 +89,19 @@ ALPHA0 = 9.0 / 8.0
 
 # error_model="numpy": IEEE division, no ZeroDivisionError checks in the loops.
 jit = njit(cache=True, error_model="numpy")
+inline = njit(cache=True, error_model="numpy", inline="always")
+
+
+@inline
+def _sparse_t_product(M, idx, val, m, r, out):
+    """out[:r] = M[:, :r]ᵀ z for the sparse z with entries val[e] at idx[e], e < m."""
+    for k in range(r):
+        out[k] = 0.0
+    for e in range(m):
+        row = idx[e]
+        ze = val[e]
+        for k in range(r):
+            out[k] += M[row, k] * ze
 
 
 @jit
@@ -134,13 +147,7 @@ def _learn_rows(alpha, tol2, glob, F, Q, h, scale, indptr, indices, data, dense,
         for k in range(m):
             zz += val[k] * val[k]
         # z⊥ = z - Q Qᵀz, twice.
-        for k in range(r):
-            cq[k] = 0.0
-        for e in range(m):
-            row = idx[e]
-            ze = val[e]
-            for k in range(r):
-                cq[k] += Q[row, k] * ze
+        _sparse_t_product(Q, idx, val, m, r, cq)
         for q in range(d):
             xp[q] = 0.0
         for e in range(m):
@@ -164,14 +171,9 @@ def _learn_rows(alpha, tol2, glob, F, Q, h, scale, indptr, indices, data, dense,
             rr += xp[q] * xp[q]
         in_range = rr <= tol2 * zz or r >= d
         # a = Fᵀz, b = Fᵀh.
+        _sparse_t_product(F, idx, val, m, r, a)
         for k in range(r):
-            a[k] = 0.0
             b[k] = 0.0
-        for e in range(m):
-            row = idx[e]
-            ze = val[e]
-            for k in range(r):
-                a[k] += F[row, k] * ze
         for q in range(d):
             hq = h[q]
             if hq != 0.0:
