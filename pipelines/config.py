@@ -49,6 +49,14 @@ class RunConfig:
     stop_after: int | None = None
     progress_seconds: float | None = 5.0
     beam_args: list = field(default_factory=list)
+    from_scratch: bool = False
+    """Move the checkpoints in checkpoint_dir aside and start fresh models."""
+    connect_timeout: float = 30.0
+    """Seconds to wait for a broker that does not answer at start."""
+    max_models: int | None = None
+    """Most distinct model names a worker accepts (further ones are dead letters, too_many_models)."""
+    source: dict | None = None
+    """Set when the run starts: the Kafka cluster and topic it reads, recorded in every checkpoint."""
     # -- sharded mode only
     shards: int | None = None
     """Sharded mode with this many feature shards (None: exact mode)."""

@@ -11,6 +11,7 @@ from apache_beam.metrics import Metrics
 from pipelines.config import RunConfig
 from pipelines.records.dead_letters import dead_letter, screen
 from schemas.codec import Codec
+from schemas.reasons import TOO_MANY_MODELS
 
 NAMESPACE = "scinol"
 """Beam metrics namespace of the pipelines' counters and gauges."""
@@ -40,14 +41,23 @@ class DecodeEvents(beam.DoFn):
         self.codec = Codec(self.cfg.registry_url)
         self.events = Metrics.counter(NAMESPACE, "events")
         self.dead = Metrics.counter(NAMESPACE, "dead_letters")
+        self.models: set[str] = set()  # the model names this worker has accepted
+
+    def _screen(self, msg):
+        cfg = self.cfg
+        event, problem = screen(self.codec, msg.value, cfg.learner.loss, cfg.learner.n_classes,
+                                max_index=cfg.max_index, max_message_bytes=cfg.max_message_bytes)
+        if problem is None and cfg.max_models is not None and event["model"] not in self.models:
+            if len(self.models) >= cfg.max_models:
+                return None, (TOO_MANY_MODELS, f"model {event['model'][:200]!r} would be model number "
+                                               f"{len(self.models) + 1} of this worker; --max-models is {cfg.max_models}")
+            self.models.add(event["model"])
+        return event, problem
 
     def process(self, batch):
-        cfg = self.cfg
-        loss, n_classes = cfg.learner.loss, cfg.learner.n_classes
         by_model: dict[str, list] = {}
         for msg in batch:
-            event, problem = screen(self.codec, msg.value, loss, n_classes, max_index=cfg.max_index,
-                                    max_message_bytes=cfg.max_message_bytes)
+            event, problem = self._screen(msg)
             if problem is not None:
                 self.dead.inc()
                 Metrics.counter(NAMESPACE, f"dead_letters_{problem[0]}").inc()

@@ -22,6 +22,8 @@ Found by the event checks of the pipelines (``pipelines.records.validation``):
                          pipeline's is 2**22, ``scinol run --max-index``):
                          the learner would allocate state for every
                          coordinate below it
+- ``too_many_models``    a model name beyond the ``--max-models`` a worker
+                         accepts (each model holds a learner in memory)
 - ``bad_label``          a label outside the loss's domain
                          (``learners.losses.prepare_labels``); a null or NaN
                          label means unlabelled and is fine
@@ -45,6 +47,7 @@ NON_FINITE_WEIGHT = "non_finite_weight"
 BAD_WEIGHT = "bad_weight"
 OVERSIZED = "oversized"
 INDEX_OUT_OF_RANGE = "index_out_of_range"
+TOO_MANY_MODELS = "too_many_models"
 EVENT_REASONS = (
     NON_FINITE_FEATURE,
     LENGTH_MISMATCH,
@@ -55,5 +58,6 @@ EVENT_REASONS = (
     BAD_WEIGHT,
     OVERSIZED,
     INDEX_OUT_OF_RANGE,
+    TOO_MANY_MODELS,
 )
 REASONS = DECODE_REASONS + EVENT_REASONS

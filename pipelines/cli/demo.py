@@ -11,6 +11,7 @@ are.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 
@@ -51,60 +52,88 @@ def learning_curve_png(path: str, losses: np.ndarray, n_rows: int) -> None:
     plt.close(fig)
 
 
-def run_demo(out_dir: str = "scinol-demo", passes: int = 20, keep_broker: bool = False) -> int:
-    from pipelines.kafka.broker import EmbeddedBroker
+def _say(text: str) -> None:
+    print(f"[demo] {text}", file=sys.stderr, flush=True)
+
+
+def _fresh_checkpoints(out_dir: str) -> str:
+    """The demo's checkpoint folder, emptied: its embedded broker keeps
+    nothing between runs, so a previous run's checkpoints describe a stream
+    that no longer exists."""
+    checkpoints = os.path.join(out_dir, "checkpoints")
+    if os.path.isdir(checkpoints):
+        shutil.rmtree(checkpoints)
+        _say(f"starting fresh: removed the previous run's {checkpoints}")
+    os.makedirs(checkpoints)
+    return checkpoints
+
+
+def _stream_and_learn(bootstrap: str, X, y, passes: int, checkpoints: str):
+    from pipelines.config import LearnerConfig, RunConfig
+    from pipelines.launch import run
     from pipelines.records.events import dense_events
     from pipelines.records.topics import produce_events
-    from pipelines.config import RunConfig
-    from pipelines.launch import run
-    from pipelines.records.topics import read_records
-    from pipelines.config import LearnerConfig
 
+    events = dense_events(X, y, "breast-cancer-", model="breast-cancer")
+    count, rate = produce_events(bootstrap, "demo.events", events, partitions=1, total=len(y))
+    _say(f"streamed {count:,} events ({passes} shuffled passes over 569 rows, 30 raw features) "
+         f"into topic demo.events at {rate:,.0f} events/s")
+    cfg = RunConfig(bootstrap=bootstrap, topic="demo.events", predictions_topic="demo.predictions",
+                    learner=LearnerConfig("scinol2", "logistic"), bounded=True, checkpoint_dir=checkpoints,
+                    checkpoint_every=2000, progress_seconds=2.0)
+    _say("running the pipeline (bounded, exact mode, ScInOL2, logistic loss)")
+    t0 = time.monotonic()
+    run(cfg)
+    _say(f"pipeline done in {time.monotonic() - t0:.1f} s")
+    return cfg
+
+
+def _show(bootstrap: str, cfg, y, out_dir: str) -> None:
+    from pipelines.records.topics import read_records
+    from pipelines.state.checkpoints import CheckpointStore
+
+    predictions = read_records(bootstrap, cfg.predictions_topic, len(y))
+    by_id = {p["event_id"]: p for p in predictions}
+    ids = [f"breast-cancer-{i}" for i in range(len(y))]
+    losses = np.array([by_id[i]["loss"] for i in ids if i in by_id])
+    acc_last = np.mean([(by_id[i]["score"] > 0) == (label > 0) for i, label in zip(ids[-569:], y[-569:])])
+    png = os.path.join(out_dir, "learning_curve.png")
+    learning_curve_png(png, losses, 569)
+    ckpt = CheckpointStore(cfg.checkpoint_dir).latest("breast-cancer")
+    last = predictions[-1]
+    print(f"\npredictions: {len(predictions):,} records in topic {cfg.predictions_topic} on {bootstrap}"
+          f" (e.g. {last['event_id']}: score {last['score']:+.4f}, P(benign) {last['probability']:.3f})")
+    print(f"progressive mean loss {losses.mean():.4f} (zero model {np.log(2):.4f}); "
+          f"accuracy over the last pass {acc_last:.3f}")
+    print(f"checkpoint:  {ckpt.path} ({ckpt.event_count:,} events; inspect with "
+          f"`scinol model inspect {ckpt.path}`)")
+    print(f"curve:       {os.path.abspath(png)}")
+
+
+def _wait_for_ctrl_c(broker) -> None:
+    print(f"\nbroker still up at {broker.bootstrap}: `scinol tail demo.predictions --bootstrap "
+          f"{broker.bootstrap}`; Ctrl-C to stop")
+    try:
+        while broker.process.poll() is None:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+
+
+def run_demo(out_dir: str = "scinol-demo", passes: int = 20, keep_broker: bool = False) -> int:
     started = time.monotonic()
     os.makedirs(out_dir, exist_ok=True)
-    checkpoints = os.path.join(out_dir, "checkpoints")
-    X, y, order = load_breast_cancer_stream(passes)
-    say = lambda text: print(f"[demo] {text}", file=sys.stderr, flush=True)  # noqa: E731
-    with EmbeddedBroker() as broker:
-        say(f"embedded broker (tansu) at {broker.bootstrap}")
-        events = dense_events(X, y, "breast-cancer-", model="breast-cancer")
-        ids = [f"breast-cancer-{i}" for i in range(len(y))]
-        count, rate = produce_events(broker.bootstrap, "demo.events", events, partitions=1, total=len(y))
-        say(f"streamed {count:,} events ({passes} shuffled passes over 569 rows, 30 raw features) "
-            f"into topic demo.events at {rate:,.0f} events/s")
-        cfg = RunConfig(bootstrap=broker.bootstrap, topic="demo.events", predictions_topic="demo.predictions",
-                        learner=LearnerConfig("scinol2", "logistic"), bounded=True, checkpoint_dir=checkpoints,
-                        checkpoint_every=2000, progress_seconds=2.0)
-        say("running the pipeline (bounded, exact mode, ScInOL2, logistic loss)")
-        t0 = time.monotonic()
-        run(cfg)
-        say(f"pipeline done in {time.monotonic() - t0:.1f} s")
-        predictions = read_records(broker.bootstrap, cfg.predictions_topic, len(y))
-        by_id = {p["event_id"]: p for p in predictions}
-        losses = np.array([by_id[i]["loss"] for i in ids if i in by_id])
-        acc_last = np.mean([(by_id[i]["score"] > 0) == (label > 0) for i, label in zip(ids[-569:], y[-569:])])
-        png = os.path.join(out_dir, "learning_curve.png")
-        learning_curve_png(png, losses, 569)
-        from pipelines.state.checkpoints import CheckpointStore
+    checkpoints = _fresh_checkpoints(out_dir)
+    X, y, _ = load_breast_cancer_stream(passes)
+    from pipelines.kafka.broker import EmbeddedBroker
 
-        ckpt = CheckpointStore(checkpoints).latest("breast-cancer")
-        print(f"\npredictions: {len(predictions):,} records in topic {cfg.predictions_topic} on {broker.bootstrap}"
-              f" (e.g. {predictions[-1]['event_id']}: score {predictions[-1]['score']:+.4f}, "
-              f"P(benign) {predictions[-1]['probability']:.3f})")
-        print(f"progressive mean loss {losses.mean():.4f} (zero model {np.log(2):.4f}); "
-              f"accuracy over the last pass {acc_last:.3f}")
-        print(f"checkpoint:  {ckpt.path} ({ckpt.event_count:,} events; inspect with "
-              f"`scinol model inspect {ckpt.path}`)")
-        print(f"curve:       {os.path.abspath(png)}")
+    with EmbeddedBroker() as broker:
+        _say(f"embedded broker (tansu) at {broker.bootstrap}")
+        cfg = _stream_and_learn(broker.bootstrap, X, y, passes, checkpoints)
+        _show(broker.bootstrap, cfg, y, out_dir)
         print(f"total time   {time.monotonic() - started:.1f} s")
         if keep_broker:
-            print(f"\nbroker still up at {broker.bootstrap}: `scinol tail demo.predictions --bootstrap "
-                  f"{broker.bootstrap}`; Ctrl-C to stop")
-            try:
-                while broker.process.poll() is None:
-                    time.sleep(0.5)
-            except KeyboardInterrupt:
-                pass
+            _wait_for_ctrl_c(broker)
     return 0
 
 

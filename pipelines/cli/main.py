@@ -10,12 +10,24 @@ files, bad labels, bad model files) ends with one line on stderr,
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from . import bench, broker, demo, generate, learn, learners, model, produce, run, tail
 from .errors import EXIT_USAGE, UsageError
 
 COMMANDS = (learn, generate, learners, broker, run, produce, tail, demo, model, bench)
+
+
+class _OptionalDependencyNotice(logging.Filter):
+    """Drops Beam's import-time notice that Google Cloud's client libraries
+    are not installed: nothing here uses them, and it reads like an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("apitools not found")
+
+
+logging.getLogger().addFilter(_OptionalDependencyNotice())
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,10 +48,13 @@ def _user_errors() -> tuple:
     """Errors the user causes, reported in one line (exit 2)."""
     from learners.losses import LabelError
     from learners.state import StateFileError
+    from pipelines.kafka.admin import BrokerUnavailable
     from pipelines.kafka.broker import BrokerError
+    from pipelines.kafka.consumer import TopicMissing
     from pipelines.records.datafiles import DataError
+    from pipelines.state.resume import ResumeRefused
 
-    return UsageError, DataError, StateFileError, LabelError, BrokerError
+    return UsageError, DataError, StateFileError, LabelError, BrokerError, BrokerUnavailable, TopicMissing, ResumeRefused
 
 
 def main(argv=None) -> int:

@@ -9,14 +9,16 @@ from .options import add_kafka_options, add_learner_options, kafka_settings, par
 
 
 def input_limits(args) -> dict:
-    """--max-index / --max-message-bytes as RunConfig fields (absent: its defaults);
+    """--max-index, --max-message-bytes, --max-models, --connect-timeout as
+    RunConfig fields (absent: its defaults);
     also refuses a checkpoint directory the checkpoint store cannot use."""
     if args.checkpoint_dir and "://" in args.checkpoint_dir:
         # The store writes with os/open: "gs://b/x" would silently become a local directory "gs:".
         raise UsageError(f"run: --checkpoint-dir must be a local or mounted directory, not a URL "
                          f"({args.checkpoint_dir.split('://')[0]}://...)")
     limits = {}
-    for option, name in (("--max-index", "max_index"), ("--max-message-bytes", "max_message_bytes")):
+    for option, name in (("--max-index", "max_index"), ("--max-message-bytes", "max_message_bytes"),
+                         ("--max-models", "max_models"), ("--connect-timeout", "connect_timeout")):
         value = getattr(args, name, None)
         if value is not None:
             if value < 1:
@@ -26,9 +28,8 @@ def input_limits(args) -> dict:
 
 
 def run(args) -> int:
-    from pipelines.config import RunConfig
+    from pipelines.config import LearnerConfig, RunConfig
     from pipelines.launch import run as run_pipeline
-    from pipelines.config import LearnerConfig
 
     learner = LearnerConfig(args.learner or "scinol2", args.loss or "logistic", parse_params(args.param),
                             args.n_classes, not args.no_bias, args.hash_bits, args.loss_param)
@@ -44,8 +45,7 @@ def run(args) -> int:
         kafka_config=kafka_settings(args.kafka_config, args.kafka_config_file), registry_url=args.schema_registry,
         max_batch=args.max_batch, stop_after=args.stop_after, beam_args=list(args.beam_args),
         shards=args.shards, max_staleness=args.max_staleness, feedback_topic=args.feedback_topic,
-        feedback_timeout=args.feedback_timeout,
-        **input_limits(args))
+        feedback_timeout=args.feedback_timeout, from_scratch=args.from_scratch, **input_limits(args))
     if cfg.shards is not None:
         from pipelines.sharded.pipeline import check_shardable
 
@@ -73,6 +73,8 @@ def add_parser(sub) -> None:
     p.add_argument("--bounded", action="store_true",
                    help="read up to the end offsets seen at start, write a final checkpoint, stop")
     p.add_argument("--checkpoint-dir", metavar="DIR", help="write checkpoints here and resume from the newest")
+    p.add_argument("--from-scratch", action="store_true",
+                   help="start fresh models: move the checkpoints in --checkpoint-dir aside (nothing is deleted)")
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="N", help="checkpoint every N events")
     p.add_argument("--checkpoint-seconds", type=float, default=None, metavar="T", help="checkpoint every T seconds")
     p.add_argument("--checkpoint-topic", default=None, help="compacted topic for checkpoint headers "
@@ -82,6 +84,11 @@ def add_parser(sub) -> None:
     p.add_argument("--stop-after", type=int, default=None, metavar="N",
                    help="unbounded: stop after the first N offsets of each partition")
     p.add_argument("--max-batch", type=int, default=2000, help="messages per batch from the source")
+    p.add_argument("--max-models", type=int, default=None, metavar="N",
+                   help="accept at most N distinct model names per worker; events for more are dead letters "
+                        "(too_many_models). Default: no limit")
+    p.add_argument("--connect-timeout", type=float, default=None, metavar="S",
+                   help="wait up to S seconds for a broker that does not answer at start (default 30)")
     p.add_argument("--max-index", type=int, default=None, metavar="N",
                    help="dead-letter events with a sparse index >= N or more than N dense values "
                         "(index_out_of_range; default 4194304): bounds a model's memory")

@@ -9,7 +9,7 @@ import apache_beam as beam
 
 from pipelines.beam_io import ReadFromKafka, WriteToKafka
 from pipelines.config import RunConfig
-from pipelines.state.resume import resume_exact
+from pipelines.state.resume import ResumePoint
 
 from pipelines.steps import DecodeEvents, EncodeRecords
 
@@ -18,8 +18,8 @@ from .transforms import LearnModels
 log = logging.getLogger(__name__)
 
 
-def build_exact(p: beam.Pipeline, cfg: RunConfig) -> None:
-    starts = resume_exact(cfg.checkpoint_dir, cfg.topic).starts
+def build_exact(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint) -> None:
+    starts = point.starts
     if starts:
         log.warning("resuming %s from checkpoint offsets %s", cfg.topic, starts)
     batches = p | "ReadEvents" >> ReadFromKafka(

@@ -55,6 +55,14 @@ class LearnModels(beam.DoFn):
     CHECKPOINTS = "checkpoints"
     EVENTS = ReadModifyWriteStateSpec("events", VarIntCoder())
     END = TimerSpec("end", TimeDomain.WATERMARK)
+    """Set at the end of the global window: fires when the input is done, for
+    runs that end (bounded, or unbounded with a stop). The FnApiRunner fires
+    it early, after every bundle of a stage fed by an Impulse (the SDF's
+    deferred remainders do not hold that stage's input watermark), so a
+    firing that finds new events since the last one re-arms it instead of
+    writing the final checkpoint; only a firing with nothing new in between
+    writes it. On runners that hold the watermark this costs one extra firing
+    at the very end."""
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
@@ -62,12 +70,17 @@ class LearnModels(beam.DoFn):
     def setup(self):
         self.runners: dict[str, ModelRunner] = {}
         cfg = self.cfg
-        self.store = CheckpointStore(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+        self.store = CheckpointStore(cfg.checkpoint_dir, source=cfg.source) if cfg.checkpoint_dir else None
         self.codec = Codec(cfg.registry_url)
         self.writer = KafkaWriter(cfg.bootstrap, cfg.predictions_topic, cfg.kafka_config)
         self.predictions = Metrics.counter(NAMESPACE, "predictions")
+        self.fired_at: dict[str, int] = {}  # model -> its event count when END last fired
         self.started = time.monotonic()
         self.last_report = self.started
+        # Compile the learner's kernels now, before the source starts its clock
+        # (a first bundle that compiles for seconds would be cut short).
+        warm = cfg.learner.make()
+        warm.learn([{}], [float("nan")])
 
     def _runner(self, model: str) -> ModelRunner:
         runner = self.runners.get(model)
@@ -83,7 +96,8 @@ class LearnModels(beam.DoFn):
         runner = self._runner(model)
         predictions = runner.process(items)
         events.write(runner.events)
-        end.set(GlobalWindow().max_timestamp())  # fires when the input is done (bounded runs)
+        if self.cfg.bounded or self.cfg.stop_after is not None:
+            end.set(GlobalWindow().max_timestamp())
         encode = self.codec.encode
         for p in predictions:
             self.writer.produce(encode("scinol.Prediction", p))
@@ -107,9 +121,15 @@ class LearnModels(beam.DoFn):
         self.writer.close()
 
     @on_timer(END)
-    def at_end(self, key=beam.DoFn.KeyParam):
+    def at_end(self, key=beam.DoFn.KeyParam, end=beam.DoFn.TimerParam(END)):
         runner = self.runners.get(key)
-        if runner is not None and self.store is not None and runner.unsaved:
+        if runner is None:
+            return
+        if self.fired_at.get(key) != runner.events:  # new events since the last firing: not the end yet
+            self.fired_at[key] = runner.events
+            end.set(GlobalWindow().max_timestamp())
+            return
+        if self.store is not None and runner.unsaved:
             yield self._checkpoint(runner)
         self._report(force=True)
 

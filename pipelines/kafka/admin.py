@@ -1,14 +1,29 @@
-"""The one Kafka admin helper: topics, their partitions, the cluster id,
-and waiting for a broker to answer. No Beam here."""
+"""The one Kafka admin helper: topics, their ids and partitions, the
+cluster id, end offsets, and waiting for a broker to answer. No Beam here."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import NamedTuple
 
+from confluent_kafka import Consumer, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .consumer import topic_partitions
+from .consumer import TopicMissing, consumer_settings, end_offsets_by_fetch, topic_partitions
+from .health import quiet
+
+log = logging.getLogger(__name__)
+
+
+class BrokerUnavailable(RuntimeError):
+    """No broker answered at the bootstrap address in the time allowed."""
+
+
+class TopicInfo(NamedTuple):
+    name: str
+    topic_id: str  # changes when a topic is deleted and made again
+    partitions: int
 
 
 class TopicSpec(NamedTuple):
@@ -22,7 +37,13 @@ class TopicSpec(NamedTuple):
 class KafkaAdmin:
     def __init__(self, bootstrap: str, config: dict | None = None):
         self.bootstrap = bootstrap
-        self.client = AdminClient({"bootstrap.servers": bootstrap, **(config or {})})
+        self.config = dict(config or {})
+        self.last_error: str | None = None  # the latest error the client reported (e.g. "Connection refused")
+        settings = quiet({"bootstrap.servers": bootstrap, "error_cb": self._error, **self.config})
+        self.client = AdminClient(settings)
+
+    def _error(self, err) -> None:
+        self.last_error = err.str()
 
     def partitions(self, topic: str, timeout: float = 10.0) -> list[int]:
         """The topic's partitions (TopicMissing if it has none)."""
@@ -34,7 +55,25 @@ class KafkaAdmin:
         return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
 
     def cluster_id(self, timeout: float = 10.0) -> str:
-        return self.client.list_topics(timeout=timeout).cluster_id
+        return self.client.describe_cluster(request_timeout=timeout).result(timeout).cluster_id
+
+    def describe(self, topic: str, timeout: float = 10.0) -> TopicInfo:
+        """The topic's id and partition count (TopicMissing if it does not exist)."""
+        future = self.client.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
+        try:
+            description = future.result(timeout)
+        except Exception as exc:  # KafkaException UNKNOWN_TOPIC_OR_PART
+            raise TopicMissing(f"Kafka topic {topic!r} at {self.bootstrap} is not available: {exc}") from None
+        return TopicInfo(topic, str(description.topic_id), len(description.partitions))
+
+    def end_offsets(self, topic: str, timeout: float = 30.0) -> dict[int, int]:
+        """Each partition's end offset (high watermark) as a fetch reports it."""
+        consumer = Consumer(consumer_settings(self.bootstrap, None, {"fetch.wait.max.ms": 50, **self.config}))
+        try:
+            partitions = topic_partitions(consumer, topic, self.bootstrap, timeout)
+            return end_offsets_by_fetch(consumer, topic, {p: 0 for p in partitions}, timeout, self.bootstrap)
+        finally:
+            consumer.close()
 
     def ensure_topics(self, specs: list[TopicSpec], timeout: float = 15.0) -> dict[str, int]:
         """Create the missing topics; returns each topic's partition count
@@ -52,15 +91,30 @@ class KafkaAdmin:
                         raise
         return {s.name: existing.get(s.name, s.partitions) for s in specs}
 
-    def wait_until_ready(self, timeout: float = 30.0) -> None:
-        """Block until the broker answers a metadata request (TimeoutError if not)."""
+    def wait_until_ready(self, timeout: float = 30.0, say=None) -> None:
+        """Block until the broker answers a metadata request, retrying with
+        back-off; ``say(line)`` is told once when it does not answer at first.
+        BrokerUnavailable after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
+        delay, last, told = 0.1, None, False
+        while True:
             try:
-                self.client.list_topics(timeout=1.0)
+                self.client.list_topics(timeout=min(1.0, max(deadline - time.monotonic(), 0.1)))
                 return
-            except Exception as exc:  # KafkaException while the port is not yet open
-                last = exc
-                time.sleep(0.1)
-        raise TimeoutError(f"broker at {self.bootstrap} did not answer within {timeout:.0f} s ({last})")
+            except Exception as exc:  # KafkaException while nothing answers at the address
+                self.client.poll(0)  # serve the error callback: it names the cause ("Connection refused")
+                last = self.last_error or _reason(exc)
+            if time.monotonic() + delay > deadline:
+                raise BrokerUnavailable(f"no Kafka broker answers at {self.bootstrap} (tried for {timeout:.0f} s; "
+                                        f"last error: {last})")
+            if say is not None and not told:
+                say(f"Kafka at {self.bootstrap} does not answer ({last}); retrying for up to {timeout:.0f} s")
+                told = True
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+def _reason(exc) -> str:
+    """A KafkaException's message without the KafkaError{...} wrapping."""
+    err = exc.args[0] if exc is not None and exc.args else None
+    return err.str() if hasattr(err, "str") else str(exc)

@@ -38,7 +38,7 @@ from typing import Iterator, NamedTuple, Optional
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, TopicPartition
 
-from .health import with_error_reporting
+from .health import quiet, with_error_reporting
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,7 @@ def consumer_settings(bootstrap: str, group_id: Optional[str] = None, config: Op
         "fetch.wait.max.ms": 20,
     }
     conf.update(config or {})
+    conf = quiet(conf)
     conf["enable.auto.commit"] = False
     conf["enable.auto.offset.store"] = False
     conf["enable.partition.eof"] = True

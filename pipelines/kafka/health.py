@@ -23,6 +23,18 @@ import time
 
 log = logging.getLogger("pipelines.kafka")
 
+LIBRDKAFKA_LOG = logging.getLogger("pipelines.kafka.librdkafka")
+"""librdkafka's own log lines ("Connect to ... failed", "Disconnected"): they
+repeat what the error callbacks report in the pipeline's words, so they are
+off unless asked for (``logging.getLogger("pipelines.kafka.librdkafka").setLevel(logging.DEBUG)``)."""
+LIBRDKAFKA_LOG.setLevel(logging.CRITICAL)
+
+
+def quiet(config: dict) -> dict:
+    """``config`` with librdkafka's log lines sent to :data:`LIBRDKAFKA_LOG`
+    instead of stderr (unless the caller chose a logger)."""
+    return config if "logger" in config else {**config, "logger": LIBRDKAFKA_LOG}
+
 
 class BrokerErrorReporter:
     """``error_cb`` of one Kafka client; see the module docstring."""
@@ -78,6 +90,6 @@ class BrokerErrorReporter:
 def with_error_reporting(config: dict, client: str, counter=None) -> tuple[dict, BrokerErrorReporter | None]:
     """``config`` plus an ``error_cb`` reporter, unless the caller set their own."""
     if "error_cb" in config:
-        return config, None
+        return quiet(config), None
     reporter = BrokerErrorReporter(client, counter=counter)
-    return {**config, "error_cb": reporter}, reporter
+    return quiet({**config, "error_cb": reporter}), reporter

@@ -14,7 +14,7 @@ import apache_beam as beam
 from pipelines.beam_io import ReadFromKafkaRanges, WriteToKafka
 from pipelines.config import RunConfig
 from pipelines.kafka.consumer import UNBOUNDED_STOP, resolve_ranges
-from pipelines.state.resume import resume_sharded
+from pipelines.state.resume import ResumePoint
 from pipelines.steps import EncodeRecords
 
 from .protocol import FeedbackWatch
@@ -56,9 +56,8 @@ def feedback_range(cfg, events_ranges, run_id: str):
     return ranges[0]._replace(stop_rule=rule)
 
 
-def build_sharded(p: beam.Pipeline, cfg: RunConfig) -> ShardedRun:
+def build_sharded(p: beam.Pipeline, cfg: RunConfig, resume: ResumePoint) -> ShardedRun:
     check_shardable(cfg)
-    resume = resume_sharded(cfg.checkpoint_dir, cfg.topic, cfg.shards)
     if resume.models:
         log.warning("resuming %s from checkpoint cuts %s at offsets %s", cfg.topic, resume.models, resume.starts)
     events = resolve_ranges(cfg.bootstrap, cfg.topic, bounded=cfg.bounded, group_id=cfg.group_id,

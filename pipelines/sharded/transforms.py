@@ -68,7 +68,7 @@ class _Sharded:
         self.cfg, self.run = cfg, run
 
     def setup(self):
-        self.store = CutStore(self.cfg.checkpoint_dir) if self.cfg.checkpoint_dir else None
+        self.store = CutStore(self.cfg.checkpoint_dir, source=self.cfg.source) if self.cfg.checkpoint_dir else None
 
     def cut(self, model: str):
         """The cut ``model`` restarts from: the driver chose and verified it at

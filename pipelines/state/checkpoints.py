@@ -63,14 +63,17 @@ class Checkpoint:
         h = learner.loaded_header
         self.model: str = h["model"]
         self.event_count: int = int(h["event_count"])
+        self.source: dict | None = h.get("source")
+        """The Kafka cluster and topic the state was learnt from (see pipelines.state.resume)."""
         self.offsets: dict[tuple[str, int], int] = {(o["topic"], int(o["partition"])): int(o["offset"])
                                                     for o in h["offsets"]}
 
 
 class CheckpointStore:
-    def __init__(self, directory: str, keep: int = 3):
+    def __init__(self, directory: str, keep: int = 3, source: dict | None = None):
         self.directory = directory
         self.keep = keep
+        self.source = source  # recorded in every checkpoint written
 
     def model_dir(self, model: str) -> str:
         return os.path.join(self.directory, _safe(model))
@@ -86,6 +89,7 @@ class CheckpointStore:
             "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())],
             "schema_version": SCHEMA_VERSION,
             "created_ms": int(time.time() * 1000),
+            "source": self.source,
         }
         manifest = {**header, **learner.header(), "uri": os.path.abspath(path), "n_coords": learner.state.n_coords}
         manifest = write_durably(path, lambda tmp: learner.save(tmp, extra=header), manifest)

@@ -52,6 +52,7 @@ class Cut:
         self.path, self.seq, self.n_shards = path, seq, n_shards
         self.head = head  # shard 0's header
         self.learned = int(head["learned"])
+        self.source: dict | None = head.get("source")
         self.scalars = dict(head["scalars"])
         self.offsets = {(o["topic"], int(o["partition"])): int(o["offset"]) for o in head["offsets"]}
 
@@ -92,8 +93,9 @@ def load_cut(path: str) -> Cut:
 
 
 class CutStore:
-    def __init__(self, directory: str, keep: int = 3):
+    def __init__(self, directory: str, keep: int = 3, source: dict | None = None):
         self.directory, self.keep = directory, keep
+        self.source = source  # recorded in every part written
 
     def cut_dir(self, model: str, seq: int) -> str:
         return os.path.join(self.directory, _safe(model), f"cut-{seq:012d}")
@@ -103,7 +105,7 @@ class CutStore:
         path = os.path.join(self.cut_dir(model, seq), shard_file(shard, n_shards))
         part = LearnerState({**state.arrays, "coords": coords}, state.scalars, {**state.fill, "coords": [-1]})
         where = {"model": model, "seq": int(seq), "shard": shard, "n_shards": n_shards}
-        header = {**header, **where, "created_ms": int(time.time() * 1000)}
+        header = {**header, **where, "created_ms": int(time.time() * 1000), "source": self.source}
         write_durably(path, lambda tmp: save_state(tmp, part, header), where, kind="cut")
         self._prune(model, n_shards)
         return path

@@ -1,15 +1,40 @@
-"""Where a restarted run resumes: per model, the newest valid checkpoint
-(exact mode) or complete checkpoint cut (sharded mode), and per partition
-of the events topic the first offset to read, so that every model's state
-is covered: the smallest next-offset over the models (events a model has
-already learned are skipped by that model)."""
+"""Where a restarted run resumes, and whether it may.
+
+Per model, the newest valid checkpoint (exact mode) or complete checkpoint
+cut (sharded mode); per partition of the events topic, the first offset to
+read so that every model's state is covered: the smallest next-offset over
+the models (events a model has already learned are skipped by that model).
+
+Every checkpoint records the source it was learnt from: the Kafka cluster
+id, the topic, the topic's id (it changes when a topic is deleted and made
+again) and its partition count. A run refuses to resume from checkpoints of
+another cluster or topic, or whose offsets are past the topic's end (a
+different or re-made topic), with one line saying what differs and how to
+start fresh: ``--from-scratch`` moves the old checkpoints aside, or use
+another ``--checkpoint-dir``.
+"""
 
 from __future__ import annotations
 
+import os
+import time
 from typing import NamedTuple
 
 from .checkpoints import CheckpointStore
 from .cuts import CutStore
+
+FRESH_START = "start fresh with --from-scratch (the old checkpoints are moved aside) or use another --checkpoint-dir"
+
+
+class ResumeRefused(ValueError):
+    """Checkpoints that do not belong to the stream this run reads."""
+
+
+class Saved(NamedTuple):
+    """One model's state on disk, as far as resuming is concerned."""
+    path: str
+    source: dict | None
+    offsets: dict[tuple[str, int], int]
 
 
 class ResumePoint(NamedTuple):
@@ -17,12 +42,14 @@ class ResumePoint(NamedTuple):
     """Model -> the event count (exact) or sequence number (sharded) of the state it restarts from."""
     starts: dict[int, int]
     """Partition of the events topic -> first offset to read (empty: the default start)."""
+    saved: list = []
+    """The :class:`Saved` states the run would resume from (checked by :func:`check_resume`)."""
 
 
-def _earliest(offset_maps, topic: str) -> dict[int, int]:
+def _earliest(saved: list[Saved], topic: str) -> dict[int, int]:
     starts: dict[int, int] = {}
-    for offsets in offset_maps:
-        for (t, partition), offset in offsets.items():
+    for s in saved:
+        for (t, partition), offset in s.offsets.items():
             if t == topic:
                 starts[partition] = min(offset, starts.get(partition, offset))
     return starts
@@ -34,7 +61,8 @@ def resume_exact(checkpoint_dir: str | None, topic: str) -> ResumePoint:
         return ResumePoint({}, {})
     store = CheckpointStore(checkpoint_dir)
     found = [c for c in (store.latest(m) for m in store.models()) if c is not None]
-    return ResumePoint({c.model: c.event_count for c in found}, _earliest((c.offsets for c in found), topic))
+    saved = [Saved(c.path, c.source, c.offsets) for c in found]
+    return ResumePoint({c.model: c.event_count for c in found}, _earliest(saved, topic), saved)
 
 
 def resume_sharded(checkpoint_dir: str | None, topic: str, n_shards: int) -> ResumePoint:
@@ -53,4 +81,58 @@ def resume_sharded(checkpoint_dir: str | None, topic: str, n_shards: int) -> Res
                                  f"--shards {min(others)}; restart with that, or use a fresh --checkpoint-dir")
             continue
         cuts.append((model, cut))
-    return ResumePoint({m: c.seq for m, c in cuts}, _earliest((c.offsets for _, c in cuts), topic))
+    saved = [Saved(c.path, c.source, c.offsets) for _, c in cuts]
+    return ResumePoint({m: c.seq for m, c in cuts}, _earliest(saved, topic), saved)
+
+
+def source_of(cluster_id: str, topic: str, topic_id: str, partitions: int) -> dict:
+    """What a checkpoint records of the stream it was learnt from."""
+    return {"cluster_id": cluster_id, "topic": topic, "topic_id": topic_id, "partitions": int(partitions)}
+
+
+def check_resume(point: ResumePoint, source: dict, ends: dict[int, int], bootstrap: str) -> None:
+    """ResumeRefused, naming the first checkpoint that does not belong to
+    ``source`` (the stream this run reads; ``ends``: its end offsets)."""
+    for saved in point.saved:
+        problem = _mismatch(saved, source, ends, bootstrap)
+        if problem:
+            raise ResumeRefused(f"{saved.path}: {problem}; {FRESH_START}")
+
+
+def _mismatch(saved: Saved, source: dict, ends: dict[int, int], bootstrap: str) -> str | None:
+    topic = source["topic"]
+    was = saved.source or {}  # checkpoints of older versions record no source: the offsets still tell
+    if was.get("cluster_id") not in (None, source["cluster_id"]):
+        return (f"made from Kafka cluster {was['cluster_id']!r}, but the broker at {bootstrap} is cluster "
+                f"{source['cluster_id']!r}")
+    if was.get("topic") == topic and was.get("topic_id") not in (None, source["topic_id"]):
+        return (f"made from topic {topic!r} with id {was['topic_id']}, but that topic now has id "
+                f"{source['topic_id']} (deleted and made again, or another broker)")
+    if was.get("topic") == topic and was.get("partitions") not in (None, source["partitions"]):
+        return f"made from topic {topic!r} with {was['partitions']} partitions, but it has {source['partitions']} now"
+    for (t, partition), offset in sorted(saved.offsets.items()):
+        if t != topic:
+            continue
+        if partition not in ends:
+            return f"covers {topic}[{partition}], a partition the topic does not have (it has {len(ends)})"
+        if offset > ends[partition]:
+            return (f"covers {topic}[{partition}] up to offset {offset:,}, but the topic ends at offset "
+                    f"{ends[partition]:,} there (a different or re-made topic?)")
+    return None
+
+
+def supersede(checkpoint_dir: str) -> str | None:
+    """Move everything in ``checkpoint_dir`` into a ``.superseded-<time>``
+    folder inside it (nothing is deleted); returns that folder, or None when
+    there was nothing to move."""
+    try:
+        entries = [e for e in os.listdir(checkpoint_dir) if not e.startswith(".superseded-")]
+    except FileNotFoundError:
+        return None
+    if not entries:
+        return None
+    folder = os.path.join(checkpoint_dir, ".superseded-" + time.strftime("%Y%m%dT%H%M%S", time.gmtime()))
+    os.makedirs(folder, exist_ok=True)
+    for entry in entries:
+        os.replace(os.path.join(checkpoint_dir, entry), os.path.join(folder, entry))
+    return folder

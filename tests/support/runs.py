@@ -16,5 +16,5 @@ def toy_stream(n, seed=0, model="default", unlabelled_every=None):
 
 
 def config(bootstrap, topic, tmp_path, **kw):
-    return RunConfig(bootstrap=bootstrap, topic=topic, predictions_topic=topic + ".pred", bounded=True,
-                     checkpoint_dir=str(tmp_path / "ckpt"), progress_seconds=None, **kw)
+    settings = {"bounded": True, "checkpoint_dir": str(tmp_path / "ckpt"), "progress_seconds": None, **kw}
+    return RunConfig(bootstrap=bootstrap, topic=topic, predictions_topic=topic + ".pred", **settings)
