@@ -171,3 +171,20 @@ def probabilities(loss: str, scores: np.ndarray) -> np.ndarray:
         e = np.exp(z)
         return e / e.sum(axis=1, keepdims=True)
     raise ValueError(f"{loss} loss has no probabilistic reading; use logistic or softmax")
+
+
+@njit(cache=True)
+def _losses_of(code, param, y, scores, out):
+    g = np.empty(scores.shape[1])
+    for i in range(y.shape[0]):
+        out[i] = math.nan if math.isnan(y[i]) else loss_grad_into(code, param, y[i], scores[i], g)
+
+
+def losses_of(loss: str, y: np.ndarray, scores: np.ndarray, param: float | None = None) -> np.ndarray:
+    """ℓ(y_i, ŷ_i) for each row (NaN where y is NaN): scores (n, n_outputs),
+    labels as :func:`prepare_labels` returns them."""
+    scores = np.ascontiguousarray(scores, dtype=np.float64).reshape(len(y), -1)
+    out = np.empty(len(y))
+    param = DEFAULT_LOSS_PARAM.get(loss, 0.0) if param is None else float(param)
+    _losses_of(loss_code(loss), param, np.asarray(y, dtype=np.float64), scores, out)
+    return out

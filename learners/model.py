@@ -24,7 +24,7 @@ from .hashing import FeatureHasher
 from .inputs import CSRBatch, as_batch
 from .losses import BINARY_LOSSES, DEFAULT_LOSS_PARAM, loss_code, prepare_labels, probabilities
 from .registry import make_algorithm
-from .state import StateFileError, load_state, save_state
+from .state import StateFileError, load_state_with_aux, save_state
 
 
 _NO_INDICES = np.empty(0, dtype=np.int64)
@@ -58,6 +58,7 @@ class OnlineLearner:
         self.classes_ = None
         self.state = None
         self.loaded_header: dict = {}
+        self.loaded_aux: dict = {}
 
     # -- bookkeeping ----------------------------------------------------------
     @property
@@ -202,12 +203,12 @@ class OnlineLearner:
             "classes": None if self.classes_ is None else self.classes_.tolist(),
         }
 
-    def save(self, path: str, extra: dict | None = None) -> None:
+    def save(self, path: str, extra: dict | None = None, aux: dict | None = None) -> None:
         """Write the model atomically; ``extra`` header fields (e.g. the Kafka
-        offsets a checkpoint covers) are stored with it and come back in
-        ``loaded_header`` after :meth:`load`."""
+        offsets a checkpoint covers) and ``aux`` arrays are stored with it and
+        come back in ``loaded_header`` and ``loaded_aux`` after :meth:`load`."""
         self._ensure_state(0)
-        save_state(path, self.state, {**(extra or {}), **self.header()})
+        save_state(path, self.state, {**(extra or {}), **self.header()}, aux)
 
     @classmethod
     def from_header(cls, meta: dict, where: str = "header") -> "OnlineLearner":
@@ -221,7 +222,7 @@ class OnlineLearner:
 
     @classmethod
     def load(cls, path: str) -> "OnlineLearner":
-        state, meta = load_state(path)
+        state, meta, aux = load_state_with_aux(path)
         model = cls.from_header(meta, path)
         try:
             model.algorithm.check_state(state, model.n_outputs)
@@ -233,6 +234,7 @@ class OnlineLearner:
             model.classes_ = np.array(meta["classes"])
         model.state = state
         model.loaded_header = meta
+        model.loaded_aux = aux
         return model
 
 

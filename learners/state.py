@@ -72,25 +72,33 @@ def _sha256(arr: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()
 
 
-def save_state(path: str, state: LearnerState, header: dict) -> None:
-    """Write atomically: a temp file in the same directory, then rename."""
+def _specs(arrays: dict[str, np.ndarray]) -> dict:
+    return {name: {"shape": list(a.shape), "dtype": a.dtype.str, "sha256": _sha256(a)} for name, a in arrays.items()}
+
+
+def save_state(path: str, state: LearnerState, header: dict, aux: dict[str, np.ndarray] | None = None) -> None:
+    """Write atomically: a temp file in the same directory, then rename.
+    ``aux``: more numeric arrays kept with the state (e.g. a pipeline's
+    events awaiting labels), of any length, under names of their own."""
+    aux = aux or {}
+    clash = set(aux) & set(state.arrays)
+    if clash:
+        raise ValueError(f"aux arrays {sorted(clash)} clash with the state's arrays")
     meta = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         **header,
         "scalars": state.scalars,
         "fill": state.fill,
-        "arrays": {
-            name: {"shape": list(a.shape), "dtype": a.dtype.str, "sha256": _sha256(a)}
-            for name, a in state.arrays.items()
-        },
+        "arrays": _specs(state.arrays),
+        "aux_arrays": _specs(aux),
     }
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".scinol", dir=directory)
     try:
         with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED) as zf:
             zf.writestr("header.json", json.dumps(meta, indent=1, sort_keys=True))
-            for name, arr in state.arrays.items():
+            for name, arr in {**state.arrays, **aux}.items():
                 buf = io.BytesIO()
                 np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
                 zf.writestr(f"{name}.npy", buf.getvalue())
@@ -102,7 +110,14 @@ def save_state(path: str, state: LearnerState, header: dict) -> None:
 
 
 def load_state(path: str, max_bytes: int = MAX_STATE_BYTES) -> tuple[LearnerState, dict]:
-    """Read and validate a state file; returns the state and its header.
+    """Read and validate a state file; returns the state and its header
+    (see :func:`load_state_with_aux` for the checks)."""
+    state, meta, _ = load_state_with_aux(path, max_bytes)
+    return state, meta
+
+
+def load_state_with_aux(path: str, max_bytes: int = MAX_STATE_BYTES) -> tuple[LearnerState, dict, dict]:
+    """Read and validate a state file; returns the state, its header and its aux arrays.
 
     Untrusted input is expected: nothing is unpickled or extracted (members
     are read by name into memory), every member must be stored uncompressed
@@ -117,8 +132,12 @@ def load_state(path: str, max_bytes: int = MAX_STATE_BYTES) -> tuple[LearnerStat
         raise StateFileError(f"{path}: not a readable scinol model file ({exc})") from None
     with zf:
         meta = _read_header(zf, path)
-        specs = _array_specs(meta, path, max_bytes)
-        arrays = {name: _read_array(zf, path, name, shape, dtype, digest) for name, (shape, dtype, digest) in specs.items()}
+        specs = _array_specs(meta.get("arrays"), path, max_bytes)
+        aux_specs = _array_specs(meta.get("aux_arrays") or {}, path, max_bytes, required=False)
+        if set(aux_specs) & set(specs):
+            raise StateFileError(f"{path}: aux arrays {sorted(set(aux_specs) & set(specs))} clash with the state's")
+        arrays = {name: _read_array(zf, path, name, *spec) for name, spec in specs.items()}
+        aux = {name: _read_array(zf, path, name, *spec) for name, spec in aux_specs.items()}
     lengths = {a.shape[0] for a in arrays.values()}
     if len(lengths) > 1:
         raise StateFileError(f"{path}: arrays disagree on the number of coordinates {sorted(lengths)}")
@@ -128,7 +147,8 @@ def load_state(path: str, max_bytes: int = MAX_STATE_BYTES) -> tuple[LearnerStat
     except (KeyError, AttributeError, TypeError, ValueError) as exc:
         raise StateFileError(f"{path}: header 'scalars'/'fill' are not names of numbers ({exc})") from None
     meta.pop("arrays")
-    return LearnerState(arrays, scalars, fill), meta
+    meta.pop("aux_arrays", None)
+    return LearnerState(arrays, scalars, fill), meta, aux
 
 
 def _member(zf: zipfile.ZipFile, path: str, name: str, limit: int) -> bytes:
@@ -167,10 +187,10 @@ def _read_header(zf: zipfile.ZipFile, path: str) -> dict:
     return meta
 
 
-def _array_specs(meta: dict, path: str, max_bytes: int) -> dict[str, tuple[tuple[int, ...], np.dtype, str]]:
+def _array_specs(arrays, path: str, max_bytes: int,
+                 required: bool = True) -> dict[str, tuple[tuple[int, ...], np.dtype, str]]:
     """name -> (shape, dtype, sha256) from header.json, checked before any array is read."""
-    arrays = meta.get("arrays")
-    if not isinstance(arrays, dict) or not arrays:
+    if not isinstance(arrays, dict) or (required and not arrays):
         raise StateFileError(f"{path}: header.json lists no arrays")
     specs, total = {}, 0
     for name, spec in arrays.items():

@@ -55,6 +55,12 @@ class RunConfig:
     """Seconds to wait for a broker that does not answer at start."""
     max_models: int | None = None
     """Most distinct model names a worker accepts (further ones are dead letters, too_many_models)."""
+    labels_topic: str | None = None
+    """Delayed labels: Label records for events that came without one (None: labels come inline only)."""
+    label_ttl: float = 86_400.0
+    """Seconds of event time an unlabelled event waits for its label (and a label for its event)."""
+    max_pending: int = 1_000_000
+    """Most events (and, separately, early labels) a model holds waiting."""
     source: dict | None = None
     """Set when the run starts: the Kafka cluster and topic it reads, recorded in every checkpoint."""
     # -- sharded mode only

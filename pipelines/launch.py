@@ -18,11 +18,14 @@ log = logging.getLogger(__name__)
 
 
 def ensure_topics(cfg: RunConfig, admin: KafkaAdmin) -> None:
-    """Create the output topics when missing (the checkpoint topic compacted)."""
+    """Create the output topics (the checkpoint topic compacted), and the
+    labels topic, when missing."""
     wanted = [TopicSpec(cfg.predictions_topic), TopicSpec(cfg.dlq_topic),
               TopicSpec(cfg.ckpt_topic, config={"cleanup.policy": "compact"})]
     if cfg.shards is not None:  # one partition: the shards must see each model's feedback in order
         wanted.append(TopicSpec(cfg.feedback))
+    if cfg.labels_topic:  # an input, but the labels may not have begun yet
+        wanted.append(TopicSpec(cfg.labels_topic))
     admin.ensure_topics(wanted)
 
 

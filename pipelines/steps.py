@@ -9,7 +9,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipelines.config import RunConfig
-from pipelines.records.dead_letters import dead_letter, screen
+from pipelines.records.dead_letters import dead_letter, screen, screen_label
 from schemas.codec import Codec
 from schemas.reasons import TOO_MANY_MODELS
 
@@ -25,11 +25,17 @@ class Position(NamedTuple):
     offset: int
 
 
+class LabelBatch(list):
+    """(Position, Label record) pairs of one model, in arrival order: what
+    :class:`DecodeEvents` emits for a batch of the labels topic."""
+
+
 class DecodeEvents(beam.DoFn):
-    """A batch of Kafka messages → per-model batches of valid events; every
-    message that is not a valid Event becomes a DeadLetter record (tag
-    ``dead``) with its reason, original bytes, topic, partition and offset
-    (limits: ``cfg.max_index``, ``cfg.max_message_bytes``; see
+    """A batch of Kafka messages → per-model batches of valid events (or of
+    :class:`LabelBatch` from the labels topic); every message that is not a
+    valid Event (or Label) becomes a DeadLetter record (tag ``dead``) with
+    its reason, original bytes, topic, partition and offset (limits:
+    ``cfg.max_index``, ``cfg.max_message_bytes``; see
     :mod:`pipelines.records.dead_letters`)."""
 
     DEAD = "dead"
@@ -55,6 +61,9 @@ class DecodeEvents(beam.DoFn):
         return event, problem
 
     def process(self, batch):
+        if batch and batch[0].topic == self.cfg.labels_topic:
+            yield from self._labels(batch)
+            return
         by_model: dict[str, list] = {}
         for msg in batch:
             event, problem = self._screen(msg)
@@ -65,6 +74,22 @@ class DecodeEvents(beam.DoFn):
                 continue
             by_model.setdefault(event["model"], []).append((Position(msg.topic, msg.partition, msg.offset), event))
         self.events.inc(len(batch))
+        yield from by_model.items()
+
+
+    def _labels(self, batch):
+        cfg = self.cfg
+        by_model: dict[str, LabelBatch] = {}
+        for msg in batch:
+            record, problem = screen_label(self.codec, msg.value, cfg.learner.loss, cfg.learner.n_classes,
+                                           cfg.max_message_bytes)
+            if problem is not None:
+                self.dead.inc()
+                Metrics.counter(NAMESPACE, f"dead_letters_{problem[0]}").inc()
+                yield beam.pvalue.TaggedOutput(self.DEAD, dead_letter(msg, *problem))
+                continue
+            by_model.setdefault(record["model"], LabelBatch()).append((msg, record))
+        Metrics.counter(NAMESPACE, "labels").inc(len(batch))
         yield from by_model.items()
 
 

@@ -29,8 +29,18 @@ Found by the event checks of the pipelines (``pipelines.records.validation``):
                          label means unlabelled and is fine
 - ``non_finite_weight``  a NaN or infinite weight
 
-Besides these, a message over the pipeline's size limit is ``oversized``
-before it is decoded at all.
+Found for ``scinol.Label`` records on a labels topic (delayed feedback):
+
+- ``label_unknown_event`` no event with that id arrived within the label TTL
+                         (the label waited for it that long)
+- ``label_expired``      the event was held longer than the label TTL (or
+                         pushed out by the maximum) before its label came
+- ``label_duplicate``    the event has already been learned from
+
+A label record is also checked like an event's label and weight
+(``bad_label``, ``non_finite_weight``, ``bad_weight``). Besides these, a
+message over the pipeline's size limit is ``oversized`` before it is
+decoded at all.
 """
 
 UNDECODABLE = "undecodable"
@@ -60,4 +70,8 @@ EVENT_REASONS = (
     INDEX_OUT_OF_RANGE,
     TOO_MANY_MODELS,
 )
-REASONS = DECODE_REASONS + EVENT_REASONS
+LABEL_UNKNOWN_EVENT = "label_unknown_event"
+LABEL_EXPIRED = "label_expired"
+LABEL_DUPLICATE = "label_duplicate"
+LABEL_REASONS = (LABEL_UNKNOWN_EVENT, LABEL_EXPIRED, LABEL_DUPLICATE)
+REASONS = DECODE_REASONS + EVENT_REASONS + LABEL_REASONS

@@ -24,6 +24,9 @@ def input_limits(args) -> dict:
             if value < 1:
                 raise UsageError(f"run: {option} must be at least 1, got {value}")
             limits[name] = value
+    if args.label_ttl <= 0 or args.max_pending < 1:
+        raise UsageError(f"run: --label-ttl must be > 0 and --max-pending at least 1, got {args.label_ttl:g} and "
+                         f"{args.max_pending}")
     return limits
 
 
@@ -45,7 +48,8 @@ def run(args) -> int:
         kafka_config=kafka_settings(args.kafka_config, args.kafka_config_file), registry_url=args.schema_registry,
         max_batch=args.max_batch, stop_after=args.stop_after, beam_args=list(args.beam_args),
         shards=args.shards, max_staleness=args.max_staleness, feedback_topic=args.feedback_topic,
-        feedback_timeout=args.feedback_timeout, from_scratch=args.from_scratch, **input_limits(args))
+        feedback_timeout=args.feedback_timeout, from_scratch=args.from_scratch, labels_topic=args.labels_topic,
+        label_ttl=args.label_ttl, max_pending=args.max_pending, **input_limits(args))
     if cfg.shards is not None:
         from pipelines.sharded.pipeline import check_shardable
 
@@ -94,6 +98,15 @@ def add_parser(sub) -> None:
                         "(index_out_of_range; default 4194304): bounds a model's memory")
     p.add_argument("--max-message-bytes", type=int, default=None, metavar="N",
                    help="dead-letter messages over N bytes undecoded (oversized; default 16 MiB)")
+    d = p.add_argument_group("delayed labels (events that come without a label learn when it arrives)")
+    d.add_argument("--labels-topic", default=None, metavar="TOPIC",
+                   help="Label records (event id, model, label), keyed by event id; unlabelled events wait for "
+                        "theirs and are learned from in label-arrival order")
+    d.add_argument("--label-ttl", type=float, default=86_400.0, metavar="S",
+                   help="seconds of event time an event waits for its label, or a label for its event "
+                        "(default 86400)")
+    d.add_argument("--max-pending", type=int, default=1_000_000, metavar="N",
+                   help="most events (and, separately, early labels) a model holds waiting (default 1000000)")
     g = p.add_argument_group("sharded mode (features split over K stateful shards, g_t fed back through Kafka)")
     g.add_argument("--shards", type=int, default=None, metavar="K",
                    help="split each model's coordinates over K shards (default: exact mode, one learner per model)")

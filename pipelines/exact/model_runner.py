@@ -1,47 +1,76 @@
 """One model of the stream: its learner, the stream position its state
-covers, its progressive metrics and when to checkpoint it. No Beam here: the
-stateful DoFn of :mod:`pipelines.exact.transforms` holds one of these per model.
+covers, the events awaiting labels, its progressive metrics and when to
+checkpoint it. No Beam here: the stateful DoFn of
+:mod:`pipelines.exact.transforms` holds one of these per model.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 from learners import OnlineLearner
-
-from pipelines.state.checkpoints import CheckpointStore
+from learners.losses import losses_of, prepare_labels
+from pipelines.records.dead_letters import dead_letter
 from pipelines.records.events import event_rows
-from pipelines.records.predictions import ProgressiveMetrics, prediction_record, readings
+from pipelines.records.labels import PendingStore, Waiting
+from pipelines.records.predictions import ProgressiveMetrics, labelled_prediction, millis, prediction_record, readings
+from pipelines.state.checkpoints import CheckpointStore
+
+
+class LabelSettings(NamedTuple):
+    """Delayed labels: where they come from, and how long and how many wait."""
+    topic: str
+    ttl_ms: float
+    max_pending: int
 
 
 class ModelRunner:
     def __init__(self, model: str, make_learner: Callable[[], OnlineLearner], store: CheckpointStore | None = None,
-                 every_events: int | None = None, every_seconds: float | None = None):
-        self.model = model
-        self.store = store
-        self.every_events = every_events
-        self.every_seconds = every_seconds
+                 every_events: int | None = None, every_seconds: float | None = None,
+                 labels: LabelSettings | None = None):
+        self.model, self.store, self.labels = model, store, labels
+        self.every_events, self.every_seconds = every_events, every_seconds
         ckpt = store.latest(model) if store is not None else None
         self.learner = ckpt.learner if ckpt else make_learner()
         self.offsets: dict[tuple[str, int], int] = dict(ckpt.offsets) if ckpt else {}
-        """Next offset per (topic, partition) that the state covers."""
+        """Next offset per (topic, partition), events and labels topics, that the state covers."""
         self.events = ckpt.event_count if ckpt else 0
+        self.labels_learned = int(ckpt.learner.loaded_header.get("labels_learned", 0)) if ckpt else 0
         self.restored_from = ckpt.path if ckpt else None
+        self.pending = self._pending(ckpt.learner.loaded_aux if ckpt else {})
         self.metrics = ProgressiveMetrics(self.learner.loss)
         self._since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         self._last_manifest: dict | None = None
 
+    def _pending(self, aux: dict) -> PendingStore | None:
+        if self.labels is None:
+            return None
+        return PendingStore.from_arrays(aux, self.labels.ttl_ms, self.labels.max_pending, self.labels.topic)
+
+    def _fresh(self, items: list[tuple]) -> list[tuple]:
+        """The (message, record) pairs the state does not cover yet."""
+        return [(m, r) for m, r in items if m.offset >= self.offsets.get((m.topic, m.partition), 0)]
+
+    def _covered(self, items: list[tuple]) -> None:
+        for msg, _ in items:
+            self.offsets[(msg.topic, msg.partition)] = msg.offset + 1
+
     def process(self, items: list[tuple]) -> list[dict]:
         """Predict then learn each (message, event) in order; returns one
-        Prediction record per event not already covered by the state."""
-        items = [(m, e) for m, e in items if m.offset >= self.offsets.get((m.topic, m.partition), 0)]
+        Prediction record per event not already covered by the state. With
+        delayed labels, an unlabelled event waits for its label (or takes
+        the one that came first)."""
+        items = self._fresh(items)
         if not items:
             return []
         events = [e for _, e in items]
+        if self.pending is not None:
+            events = [self._with_early_label(e) for e in events]
         indptr, indices, data, y = event_rows(events, self.learner.hasher)
         version = self.learner.n_examples
         scores, losses = self.learner.learn((indptr, indices, data), y, return_losses=True)
@@ -51,13 +80,64 @@ class ModelRunner:
         versions = version + np.concatenate([[0], np.cumsum(labelled)[:-1]])
         prob, klass = readings(self.learner.loss, scores)
         out = [prediction_record(event, self.model, versions[i], row, prob[i], klass[i], losses[i], now_ms)
-               for i, ((_, event), row) in enumerate(zip(items, scores.tolist()))]
-        for msg, _ in items:
-            self.offsets[(msg.topic, msg.partition)] = msg.offset + 1
+               for i, (event, row) in enumerate(zip(events, scores.tolist()))]
+        if self.pending is not None:
+            self._hold_unlabelled(events, out, scores, (indptr, indices, data))
+        self._covered(items)
         self.metrics.count(scores, y, losses)
         self.events += len(items)
         self._since_checkpoint += len(items)
         return out
+
+    def _with_early_label(self, event: dict) -> dict:
+        if event.get("label") is not None:
+            return event
+        early = self.pending.take_early_label(event["id"], int(millis(event["timestamp"])))
+        return event if early is None else {**event, "label": early.label}
+
+    def _hold_unlabelled(self, events, records, scores, rows) -> None:
+        indptr, indices, data = rows
+        for i, event in enumerate(events):
+            if event.get("label") is None:
+                lo, hi = indptr[i], indptr[i + 1]
+                self.pending.add_event(event["id"], Waiting(
+                    int(millis(event["timestamp"])), records[i]["model_version"], records[i]["latency_ms"],
+                    scores[i].copy(), indices[lo:hi].copy(), data[lo:hi].copy(), event.get("weight") or 1.0))
+        self.pending.expire()
+
+    def process_labels(self, items: list[tuple]) -> tuple[list[dict], list[dict]]:
+        """Learn from the events whose labels are in ``items`` ((message, Label
+        record) pairs), in order; returns (the labelled Prediction records,
+        with the predictions made when the events arrived; dead letters of
+        labels that cannot be used)."""
+        items = self._fresh(items)
+        matched = []
+        for msg, record in items:
+            match = self.pending.add_label(record["event_id"], int(millis(record["timestamp"])), record["label"],
+                                           math.nan if record.get("weight") is None else record["weight"], msg)
+            if match is not None:
+                matched.append(match)
+        self.pending.expire()
+        out = self._learn_matched(matched) if matched else []
+        self._covered(items)
+        self.labels_learned += len(matched)
+        self._since_checkpoint += len(items)
+        dead = [dead_letter(msg, reason, detail) for msg, reason, detail in self.pending.drain_unmatched()]
+        return out, dead
+
+    def _learn_matched(self, matched) -> list[dict]:
+        rows = [m.event for m in matched]
+        indptr = np.concatenate([[0], np.cumsum([w.indices.shape[0] for w in rows])]).astype(np.int64)
+        indices = np.concatenate([w.indices for w in rows]).astype(np.int64)
+        data = np.concatenate([w.values for w in rows])
+        y = prepare_labels(self.learner.loss, [m.label for m in matched], self.learner.n_classes or 1)
+        self.learner.learn((indptr, indices, data), y)
+        scores = np.array([w.scores for w in rows])  # the predictions made when the events arrived
+        losses = losses_of(self.learner.loss, y, scores, self.learner.loss_param)
+        self.metrics.count(scores, y, losses)
+        prob, klass = readings(self.learner.loss, scores)
+        return [labelled_prediction(m.event_id, self.model, m.event, m.label, losses[i], prob[i], klass[i])
+                for i, m in enumerate(matched)]
 
     @property
     def labelled(self) -> int:
@@ -79,17 +159,30 @@ class ModelRunner:
         return bool(self.every_seconds) and time.monotonic() - self._last_checkpoint >= self.every_seconds
 
     @property
+    def never_saved(self) -> bool:
+        """Learned something but has no checkpoint yet (written nor loaded)."""
+        return self.store is not None and self.restored_from is None and self._last_manifest is None \
+            and self.events + self.labels_learned > 0
+
+    @property
     def unsaved(self) -> bool:
         """Events learned since the last checkpoint written or loaded."""
         return self._since_checkpoint > 0 or (self.restored_from is None and self.events > 0
                                                and self._last_manifest is None)
 
-    def checkpoint(self) -> dict | None:
-        """Write a checkpoint now; returns its manifest (None without a store)."""
+    def checkpoint(self, seen: dict[tuple[str, int], int] | None = None) -> dict | None:
+        """Write a checkpoint now (with the events awaiting labels); returns
+        its manifest (None without a store). ``seen``: how far the stream has
+        been delivered to this model's worker, per partition; the model has
+        seen all of its own events below that, so its state covers them even
+        in partitions where it had none (a restart must not skip them)."""
         if self.store is None:
             return None
-        manifest = self._last_manifest = self.store.save(self.model, self.learner, self.offsets, self.events)
+        for key, offset in (seen or {}).items():
+            self.offsets[key] = max(self.offsets.get(key, 0), offset)
+        aux = self.pending.to_arrays() if self.pending is not None else None
+        manifest = self._last_manifest = self.store.save(self.model, self.learner, self.offsets, self.events,
+                                                         aux=aux, labels_learned=self.labels_learned)
         self._since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         return manifest
-

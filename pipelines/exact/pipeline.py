@@ -7,28 +7,43 @@ import typing
 
 import apache_beam as beam
 
-from pipelines.beam_io import ReadFromKafka, WriteToKafka
+from pipelines.beam_io import ReadFromKafka, ReadFromKafkaRanges, WriteToKafka
 from pipelines.config import RunConfig
-from pipelines.state.resume import ResumePoint
-
+from pipelines.kafka.consumer import resolve_ranges
+from pipelines.state.resume import ResumePoint, earliest
 from pipelines.steps import DecodeEvents, EncodeRecords
 
 from .transforms import LearnModels
 
 log = logging.getLogger(__name__)
 
+Keyed = typing.Tuple[str, typing.Any]  # output type hints give the keyed step a deterministic key coder
 
-def build_exact(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint) -> None:
+
+def _read(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint):
+    """The events topic, and the labels topic when labels come late (both
+    read by one source, so labels and events interleave as they arrive)."""
     starts = point.starts
     if starts:
         log.warning("resuming %s from checkpoint offsets %s", cfg.topic, starts)
-    batches = p | "ReadEvents" >> ReadFromKafka(
-        cfg.bootstrap, cfg.topic, bounded=cfg.bounded, group_id=cfg.group_id, start_offsets=starts or None,
-        consumer_config=cfg.kafka_config, max_batch=cfg.max_batch, stop_after=cfg.stop_after)
-    decoded = batches | "Decode" >> beam.ParDo(DecodeEvents(cfg)).with_output_types(typing.Tuple[str, typing.Any]).with_outputs(
-        DecodeEvents.DEAD, main="events")
-    learned = decoded.events | "LearnAndPredict" >> beam.ParDo(LearnModels(cfg)).with_input_types(typing.Tuple[str, typing.Any]).with_outputs(
-        LearnModels.CHECKPOINTS, main="predictions")
+    if not cfg.labels_topic:
+        return p | "ReadEvents" >> ReadFromKafka(
+            cfg.bootstrap, cfg.topic, bounded=cfg.bounded, group_id=cfg.group_id, start_offsets=starts or None,
+            consumer_config=cfg.kafka_config, max_batch=cfg.max_batch, stop_after=cfg.stop_after)
+    ranges = []
+    for topic in (cfg.topic, cfg.labels_topic):
+        ranges += resolve_ranges(cfg.bootstrap, topic, bounded=cfg.bounded, group_id=cfg.group_id,
+                                 start_offsets=earliest(point.saved, topic) or None,
+                                 consumer_config=cfg.kafka_config, stop_after=cfg.stop_after)
+    return p | "ReadEventsAndLabels" >> ReadFromKafkaRanges(
+        cfg.bootstrap, ranges, group_id=cfg.group_id, consumer_config=cfg.kafka_config, max_batch=cfg.max_batch)
+
+
+def build_exact(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint) -> None:
+    decoded = _read(p, cfg, point) | "Decode" >> beam.ParDo(DecodeEvents(cfg)).with_output_types(
+        Keyed).with_outputs(DecodeEvents.DEAD, main="events")
+    learned = decoded.events | "LearnAndPredict" >> beam.ParDo(LearnModels(cfg)).with_input_types(
+        Keyed).with_outputs(LearnModels.CHECKPOINTS, main="predictions")
     producer = dict(cfg.kafka_config)
     (decoded[DecodeEvents.DEAD]
      | "EncodeDeadLetters" >> beam.ParDo(EncodeRecords("scinol.DeadLetter", registry_url=cfg.registry_url))

@@ -30,11 +30,11 @@ from apache_beam.transforms.window import GlobalWindow
 from pipelines.config import RunConfig
 from pipelines.kafka.producer import KafkaWriter
 from pipelines.state.checkpoints import CheckpointStore, checkpoint_record
-from pipelines.steps import NAMESPACE
+from pipelines.steps import NAMESPACE, LabelBatch
 
 from schemas.codec import Codec
 
-from .model_runner import ModelRunner
+from .model_runner import LabelSettings, ModelRunner
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,10 @@ class LearnModels(beam.DoFn):
         self.store = CheckpointStore(cfg.checkpoint_dir, source=cfg.source) if cfg.checkpoint_dir else None
         self.codec = Codec(cfg.registry_url)
         self.writer = KafkaWriter(cfg.bootstrap, cfg.predictions_topic, cfg.kafka_config)
+        self.dlq: KafkaWriter | None = None
         self.predictions = Metrics.counter(NAMESPACE, "predictions")
         self.fired_at: dict[str, int] = {}  # model -> its event count when END last fired
+        self.seen: dict[tuple[str, int], int] = {}  # (topic, partition) -> next offset, over all models here
         self.started = time.monotonic()
         self.last_report = self.started
         # Compile the learner's kernels now, before the source starts its clock
@@ -85,8 +87,11 @@ class LearnModels(beam.DoFn):
     def _runner(self, model: str) -> ModelRunner:
         runner = self.runners.get(model)
         if runner is None:
-            runner = self.runners[model] = ModelRunner(model, self.cfg.learner.make, self.store,
-                                                       self.cfg.checkpoint_every, self.cfg.checkpoint_seconds)
+            cfg = self.cfg
+            labels = LabelSettings(cfg.labels_topic, cfg.label_ttl * 1000.0, cfg.max_pending) if cfg.labels_topic \
+                else None
+            runner = self.runners[model] = ModelRunner(model, cfg.learner.make, self.store, cfg.checkpoint_every,
+                                                       cfg.checkpoint_seconds, labels)
             if runner.restored_from:
                 log.warning("model %r restored from %s (%d events)", model, runner.restored_from, runner.events)
         return runner
@@ -94,7 +99,12 @@ class LearnModels(beam.DoFn):
     def process(self, element, events=beam.DoFn.StateParam(EVENTS), end=beam.DoFn.TimerParam(END)):
         model, items = element
         runner = self._runner(model)
-        predictions = runner.process(items)
+        if isinstance(items, LabelBatch):
+            predictions, dead = runner.process_labels(items)
+            self._dead_letters(dead)
+        else:
+            predictions = runner.process(items)
+        self._saw(items)
         events.write(runner.events)
         if self.cfg.bounded or self.cfg.stop_after is not None:
             end.set(GlobalWindow().max_timestamp())
@@ -102,23 +112,64 @@ class LearnModels(beam.DoFn):
         for p in predictions:
             self.writer.produce(encode("scinol.Prediction", p))
         self.predictions.inc(len(predictions))
+        self._gauges(model, runner)
+        if runner.checkpoint_due():
+            yield from self._checkpoint(runner)
+        self._report()
+
+    def _dead_letters(self, records: list[dict]) -> None:
+        """Labels that cannot be used, to the dead-letter topic; written here,
+        like the predictions, so they are acknowledged before a checkpoint
+        covers their offsets."""
+        if not records:
+            return
+        if self.dlq is None:
+            self.dlq = KafkaWriter(self.cfg.bootstrap, self.cfg.dlq_topic, self.cfg.kafka_config)
+        for record in records:
+            self.dlq.produce(self.codec.encode("scinol.DeadLetter", record))
+        Metrics.counter(NAMESPACE, "dead_letters").inc(len(records))
+
+    def _saw(self, items) -> None:
+        """Every item of a partition reaches this instance in offset order, so
+        each of its models has seen all of its own events below these offsets."""
+        for msg, _ in items[-1:]:
+            key = (msg.topic, msg.partition)
+            self.seen[key] = max(self.seen.get(key, 0), msg.offset + 1)
+
+    def _gauges(self, model: str, runner: ModelRunner) -> None:
         if runner.labelled:  # gauges hold integers: parts per million
             Metrics.gauge(NAMESPACE, f"mean_loss_ppm_{model}").set(int(runner.mean_loss * 1e6))
             if runner.accuracy is not None:
                 Metrics.gauge(NAMESPACE, f"accuracy_ppm_{model}").set(int(runner.accuracy * 1e6))
-        if runner.checkpoint_due():
-            yield self._checkpoint(runner)
-        self._report()
+        if runner.pending is not None:
+            Metrics.gauge(NAMESPACE, f"pending_events_{model}").set(len(runner.pending.events))
+            Metrics.gauge(NAMESPACE, f"pending_labels_{model}").set(len(runner.pending.labels))
+            Metrics.gauge(NAMESPACE, f"pending_expired_{model}").set(runner.pending.expired_events)
 
     def _checkpoint(self, runner: ModelRunner):
-        self.writer.flush()  # the predictions the checkpoint covers are in Kafka first
-        return beam.pvalue.TaggedOutput(self.CHECKPOINTS, checkpoint_record(runner.checkpoint()))
+        """Checkpoint ``runner``, recording how far this worker has seen each
+        partition (its model covers its own events below that, even where it
+        had none: a restart need not read them again for it). Models that
+        have never been checkpointed are written first, with their own
+        offsets only, so that no model is left behind a restart's start."""
+        self._flush()  # the predictions and dead letters the checkpoints cover are in Kafka first
+        for other in self.runners.values():
+            if other is not runner and other.never_saved:
+                yield beam.pvalue.TaggedOutput(self.CHECKPOINTS, checkpoint_record(other.checkpoint()))
+        yield beam.pvalue.TaggedOutput(self.CHECKPOINTS, checkpoint_record(runner.checkpoint(self.seen)))
+
+    def _flush(self):
+        self.writer.flush()
+        if self.dlq is not None:
+            self.dlq.flush()
 
     def finish_bundle(self):
-        self.writer.flush()
+        self._flush()
 
     def teardown(self):
         self.writer.close()
+        if self.dlq is not None:
+            self.dlq.close()
 
     @on_timer(END)
     def at_end(self, key=beam.DoFn.KeyParam, end=beam.DoFn.TimerParam(END)):
@@ -130,7 +181,7 @@ class LearnModels(beam.DoFn):
             end.set(GlobalWindow().max_timestamp())
             return
         if self.store is not None and runner.unsaved:
-            yield self._checkpoint(runner)
+            yield from self._checkpoint(runner)
         self._report(force=True)
 
     def _report(self, force: bool = False):

@@ -24,6 +24,7 @@ from __future__ import annotations
 from schemas.codec import DecodeError
 from schemas.reasons import OVERSIZED
 
+from .labels import check_label
 from .validation import validate_event
 
 DEFAULT_MAX_INDEX = 1 << 22
@@ -47,6 +48,20 @@ def screen(codec, value, loss: str, n_classes: int | None, *, max_index: int = D
         return None, (exc.reason, str(exc))
     problem = validate_event(event, loss, n_classes, max_index=max_index)
     return (None, problem) if problem is not None else (event, None)
+
+
+def screen_label(codec, value, loss: str, n_classes: int | None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> tuple[dict | None, tuple[str, str] | None]:
+    """``(label record, None)`` for a usable ``scinol.Label``, ``(None, (reason, detail))`` otherwise."""
+    size = len(value) if isinstance(value, (bytes, bytearray, memoryview)) else 0
+    if size > max_message_bytes:
+        return None, (OVERSIZED, f"message of {size} bytes, more than the limit of {max_message_bytes}")
+    try:
+        record = codec.decode(value, expected="scinol.Label")
+    except DecodeError as exc:
+        return None, (exc.reason, str(exc))
+    problem = check_label(record, loss, n_classes)
+    return (None, problem) if problem is not None else (record, None)
 
 
 def dead_letter(msg, reason: str, detail: str) -> dict:

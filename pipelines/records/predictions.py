@@ -44,6 +44,20 @@ def prediction_record(event: dict, model: str, version: int, row: list, probabil
     }
 
 
+def labelled_prediction(event_id: str, model: str, waiting, label: float, loss: float, probability,
+                        klass) -> dict:
+    """The ``scinol.Prediction`` of an event whose label came late: the
+    prediction made when it arrived (``waiting``: a
+    :class:`pipelines.records.labels.Waiting`), now with its label and loss."""
+    row = waiting.scores.tolist()
+    return {
+        "event_id": event_id, "model": model, "model_version": int(waiting.version),
+        "score": row[0], "scores": row, "probability": probability, "predicted_class": klass,
+        "label": float(label), "loss": None if math.isnan(loss) else float(loss),
+        "event_timestamp": int(waiting.ts_ms), "latency_ms": float(waiting.latency_ms),
+    }
+
+
 class ProgressiveMetrics:
     """Mean progressive loss and accuracy over the labelled events seen."""
 

@@ -101,14 +101,20 @@ def validate_event(
             if p >= 0:
                 return NON_FINITE_FEATURE, f"non-finite value {values[p]!r} for feature index {p}"
 
-    weight = event.get("weight")
+    return check_label_and_weight(event, loss, n_classes)
+
+
+def check_label_and_weight(record: dict, loss: str, n_classes: int | None = None) -> tuple[str, str] | None:
+    """The weight and label checks of an event, also those of a ``scinol.Label``
+    record (whose label is never null: a NaN label there is ``bad_label``)."""
+    weight = record.get("weight")
     if weight is not None:
         if not math.isfinite(weight):
             return NON_FINITE_WEIGHT, f"weight is {weight!r}, not a finite number"
         if weight <= 0:
             return BAD_WEIGHT, f"weight is {weight!r}; weights must be > 0"
 
-    y = event.get("label")
+    y = record.get("label")
     if y is not None and y == y and not _label_ok_fast(loss, n_classes or 1, y):
         try:
             prepare_labels(loss, [y], n_classes or 1)

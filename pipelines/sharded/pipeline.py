@@ -37,6 +37,8 @@ def check_shardable(cfg) -> None:
         raise ValueError(f"--shards must be at least 1, not {cfg.shards}")
     if cfg.max_staleness < 0:
         raise ValueError(f"--max-staleness must be >= 0, not {cfg.max_staleness}")
+    if cfg.labels_topic:
+        raise ValueError("delayed labels (--labels-topic) run in exact mode only, not with --shards, for now")
 
 
 def feedback_range(cfg, events_ranges, run_id: str):

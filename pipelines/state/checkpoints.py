@@ -79,20 +79,23 @@ class CheckpointStore:
         return os.path.join(self.directory, _safe(model))
 
     def save(self, model: str, learner: OnlineLearner, offsets: dict[tuple[str, int], int],
-             event_count: int) -> dict:
-        """Write a checkpoint durably; returns its manifest (the ModelCheckpoint header)."""
+             event_count: int, aux: dict | None = None, labels_learned: int = 0) -> dict:
+        """Write a checkpoint durably; returns its manifest (the ModelCheckpoint
+        header). ``aux``: arrays kept with the state (events awaiting labels);
+        the file is named by the records (events and delayed labels) it covers."""
         folder = self.model_dir(model)
-        path = os.path.join(folder, f"ckpt-{event_count:012d}.scinol")
+        path = os.path.join(folder, f"ckpt-{event_count + labels_learned:012d}.scinol")
         header = {
             "model": model,
             "event_count": int(event_count),
+            "labels_learned": int(labels_learned),
             "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())],
             "schema_version": SCHEMA_VERSION,
             "created_ms": int(time.time() * 1000),
             "source": self.source,
         }
         manifest = {**header, **learner.header(), "uri": os.path.abspath(path), "n_coords": learner.state.n_coords}
-        manifest = write_durably(path, lambda tmp: learner.save(tmp, extra=header), manifest)
+        manifest = write_durably(path, lambda tmp: learner.save(tmp, extra=header, aux=aux), manifest)
         self._prune(folder)
         return manifest
 

@@ -46,7 +46,8 @@ class ResumePoint(NamedTuple):
     """The :class:`Saved` states the run would resume from (checked by :func:`check_resume`)."""
 
 
-def _earliest(saved: list[Saved], topic: str) -> dict[int, int]:
+def earliest(saved: list[Saved], topic: str) -> dict[int, int]:
+    """Per partition of ``topic``, the smallest next-offset over the saved states."""
     starts: dict[int, int] = {}
     for s in saved:
         for (t, partition), offset in s.offsets.items():
@@ -62,7 +63,7 @@ def resume_exact(checkpoint_dir: str | None, topic: str) -> ResumePoint:
     store = CheckpointStore(checkpoint_dir)
     found = [c for c in (store.latest(m) for m in store.models()) if c is not None]
     saved = [Saved(c.path, c.source, c.offsets) for c in found]
-    return ResumePoint({c.model: c.event_count for c in found}, _earliest(saved, topic), saved)
+    return ResumePoint({c.model: c.event_count for c in found}, earliest(saved, topic), saved)
 
 
 def resume_sharded(checkpoint_dir: str | None, topic: str, n_shards: int) -> ResumePoint:
@@ -82,7 +83,7 @@ def resume_sharded(checkpoint_dir: str | None, topic: str, n_shards: int) -> Res
             continue
         cuts.append((model, cut))
     saved = [Saved(c.path, c.source, c.offsets) for _, c in cuts]
-    return ResumePoint({m: c.seq for m, c in cuts}, _earliest(saved, topic), saved)
+    return ResumePoint({m: c.seq for m, c in cuts}, earliest(saved, topic), saved)
 
 
 def source_of(cluster_id: str, topic: str, topic_id: str, partitions: int) -> dict:

@@ -1,0 +1,127 @@
+"""Delayed labels in exact mode, on the real broker: events come without a
+label, their labels later on a labels topic; the model learns when a label
+arrives, in label-arrival order, and the progressive loss is that of the
+prediction made when the event arrived."""
+
+import numpy as np
+import pytest
+
+from learners import OnlineLearner, make_learner
+from learners.losses import losses_of
+from pipelines.kafka.admin import KafkaAdmin, TopicSpec
+from pipelines.kafka.producer import KafkaWriter
+from pipelines.launch import run
+from pipelines.records.topics import produce_events, read_records
+from pipelines.state.checkpoints import CheckpointStore
+from schemas.codec import Codec
+from tests.support.runs import config, toy_stream
+
+T0 = 1_700_000_000_000
+
+
+def produce_labels(bootstrap, topic, labels):
+    """``labels``: (event id, label, timestamp ms) in the order they arrive."""
+    KafkaAdmin(bootstrap).ensure_topics([TopicSpec(topic)])
+    codec, writer = Codec(), KafkaWriter(bootstrap, topic)
+    for event_id, label, ts in labels:
+        writer.produce(codec.encode("scinol.Label", {"event_id": event_id, "label": float(label), "timestamp": ts}),
+                       key=event_id.encode())
+    writer.close()
+
+
+def unlabelled(events):
+    return [{**e, "label": None} for e in events]
+
+
+def learning_order(predictions):
+    """The events in the order the model learned them: the prediction records
+    that carry a label (a late label's record is written when it is learned)."""
+    return [p["event_id"] for p in predictions if p["label"] is not None]
+
+
+def reference_after(X, y, ids, order):
+    where = {event_id: i for i, event_id in enumerate(ids)}
+    rows = [where[e] for e in order]
+    learner = make_learner("scinol2", "logistic")
+    learner.learn(X[rows], y[rows])
+    return learner
+
+
+def assert_same_state(saved: OnlineLearner, want: OnlineLearner):
+    for name, arr in want.state.arrays.items():
+        n = saved.state.arrays[name].shape[0]
+        np.testing.assert_array_equal(saved.state.arrays[name], arr[:n], err_msg=name)
+    assert saved.state.scalars == want.state.scalars
+
+
+def test_random_delays_give_the_model_of_the_stream_reordered_to_label_arrival(kafka_bootstrap, topic_name, tmp_path):
+    n = 6000
+    X, y, events = toy_stream(n)
+    ids = [e["id"] for e in events]
+    rng = np.random.default_rng(7)
+    due = np.arange(n) + rng.integers(0, 10_000, size=n)  # each label arrives 0..10,000 events after its event
+    arrival = np.argsort(due, kind="stable")
+    produce_events(kafka_bootstrap, topic_name, unlabelled(events), partitions=1, progress=False)
+    produce_labels(kafka_bootstrap, topic_name + ".labels", [(ids[i], y[i], T0 + int(due[i])) for i in arrival])
+    cfg = config(kafka_bootstrap, topic_name, tmp_path, labels_topic=topic_name + ".labels", max_batch=300)
+    run(cfg)
+
+    predictions = read_records(kafka_bootstrap, cfg.predictions_topic, 2 * n, timeout=30)
+    order = learning_order(predictions)
+    assert sorted(order) == sorted(ids)  # each event learned from exactly once
+    final = CheckpointStore(cfg.checkpoint_dir).latest("default")
+    assert_same_state(final.learner, reference_after(X, y, ids, order))
+    assert len(final.learner.loaded_aux["pending_event_ts"]) == 0  # nothing left waiting
+
+    # Progressive loss: the loss of the prediction made when the event arrived.
+    first = {}
+    for p in predictions:
+        first.setdefault(p["event_id"], p)
+    for p in predictions:
+        if p["label"] is not None:
+            arrived = first[p["event_id"]]
+            assert p["score"] == arrived["score"] and p["model_version"] == arrived["model_version"]
+            assert p["loss"] == pytest.approx(losses_of("logistic", np.array([p["label"]]),
+                                                        np.array([[p["score"]]]))[0], rel=1e-12)
+
+
+def test_unknown_expired_and_duplicate_labels_go_to_the_dead_letter_topic(kafka_bootstrap, topic_name, tmp_path):
+    X, y, events = toy_stream(400)
+    events = [{**e, "label": None, "timestamp": T0 + 1000 * i} for i, e in enumerate(events)]  # one a second
+    produce_events(kafka_bootstrap, topic_name, events, partitions=1, progress=False)
+    labels = [(events[10]["id"], y[10], T0 + 20_000),  # in time: learned
+              (events[10]["id"], y[10], T0 + 21_000),  # again: a duplicate
+              ("no-such-event", 1.0, T0 + 30_000),  # its event never comes
+              (events[5]["id"], y[5], T0 + 300_000)]  # 295 s after event 5: more than the 60 s TTL
+    produce_labels(kafka_bootstrap, topic_name + ".labels", labels)
+    cfg = config(kafka_bootstrap, topic_name, tmp_path, labels_topic=topic_name + ".labels", label_ttl=60.0)
+    run(cfg)
+    dead = {d["reason"]: d for d in read_records(kafka_bootstrap, cfg.dlq_topic, 3, timeout=20)}
+    assert set(dead) == {"label_duplicate", "label_unknown_event", "label_expired"}
+    assert all(d["topic"] == topic_name + ".labels" for d in dead.values())
+    assert Codec().decode(dead["label_unknown_event"]["original"])["event_id"] == "no-such-event"
+    assert "came more than the label TTL (60 s) after the event" in dead["label_expired"]["detail"]
+    final = CheckpointStore(cfg.checkpoint_dir).latest("default")
+    assert final.learner.n_examples == 1  # only event 10 was learned
+
+
+def test_a_restart_keeps_the_events_waiting_for_labels(kafka_bootstrap, topic_name, tmp_path):
+    X, y, events = toy_stream(1000)
+    ids = [e["id"] for e in events]
+    labels_topic = topic_name + ".labels"
+    produce_events(kafka_bootstrap, topic_name, unlabelled(events), partitions=1, progress=False)
+    produce_labels(kafka_bootstrap, labels_topic, [(ids[i], y[i], T0 + 2000 + i) for i in range(0, 1000, 2)])
+    cfg = config(kafka_bootstrap, topic_name, tmp_path, labels_topic=labels_topic)
+    run(cfg)
+    first = CheckpointStore(cfg.checkpoint_dir).latest("default")
+    waiting = first.learner.loaded_aux["pending_event_ts"]
+    assert len(waiting) == 500  # the odd events still wait
+
+    produce_labels(kafka_bootstrap, labels_topic, [(ids[i], y[i], T0 + 3000 + i) for i in range(1, 1000, 2)])
+    run(cfg)  # a new run: resumes from the checkpoint, with the waiting events
+    final = CheckpointStore(cfg.checkpoint_dir).latest("default")
+    assert len(final.learner.loaded_aux["pending_event_ts"]) == 0
+    predictions = read_records(kafka_bootstrap, cfg.predictions_topic, 2000, timeout=30)
+    order = learning_order(predictions)
+    assert sorted(order) == sorted(ids)
+    assert_same_state(final.learner, reference_after(X, y, ids, order))

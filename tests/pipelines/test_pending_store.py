@@ -1,0 +1,109 @@
+"""The store of events awaiting labels, without Beam or Kafka: which labels
+count is decided by the records' timestamps alone, so it does not depend on
+how the events and labels topics interleave; the store round-trips through
+the arrays a checkpoint keeps."""
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipelines.kafka.consumer import KafkaMessage
+from pipelines.records.labels import PendingStore, Waiting
+
+TTL = 50.0
+
+
+def waiting(ts):
+    return Waiting(ts, 0, 0.0, np.array([0.5]), np.array([1, 3]), np.array([2.0, -1.0]), 1.0)
+
+
+def feed(store, order):
+    """Run ``order`` (("event", id, ts) / ("label", id, ts)) through the store
+    as the pipeline does; returns (matched ids, (id, reason) of dead letters)."""
+    matched, dead = set(), []
+    for kind, event_id, ts in order:
+        if kind == "event":
+            if store.take_early_label(event_id, ts) is not None:
+                matched.add(event_id)
+            else:
+                store.add_event(event_id, waiting(ts))
+        else:
+            msg = KafkaMessage("labels", 0, 0, ts, None, event_id.encode())
+            if store.add_label(event_id, ts, 1.0, math.nan, msg) is not None:
+                matched.add(event_id)
+        store.expire()
+        dead += [(m.value.decode(), reason) for m, reason, _ in store.drain_unmatched()]
+    return matched, sorted(dead)
+
+
+@st.composite
+def streams(draw):
+    """Events in time order; labels in time order, each some delay after its
+    event (some past the TTL), a few twice, a few for events that never come."""
+    n = draw(st.integers(1, 40))
+    gaps = draw(st.lists(st.integers(0, 30), min_size=n, max_size=n))
+    event_ts = np.cumsum(gaps).tolist()
+    events = [("event", f"e{i}", ts) for i, ts in enumerate(event_ts)]
+    labels = []
+    for i, ts in enumerate(event_ts):
+        if draw(st.booleans()):
+            labels.append(("label", f"e{i}", ts + draw(st.integers(0, int(2 * TTL)))))
+    labels += [("label", f"ghost{j}", draw(st.integers(0, max(event_ts) + 100))) for j in range(draw(st.integers(0, 3)))]
+    labels += [("label", lab[1], lab[2]) for lab in labels[: draw(st.integers(0, 2))]]  # duplicates
+    labels.sort(key=lambda lab: lab[2])
+    return events, labels
+
+
+def interleave(events, labels, picks):
+    out, i, j = [], 0, 0
+    for take_event in picks + [True] * len(events) + [False] * len(labels):
+        if take_event and i < len(events):
+            out.append(events[i])
+            i += 1
+        elif j < len(labels):
+            out.append(labels[j])
+            j += 1
+    return out + events[i:] + labels[j:]
+
+
+@settings(max_examples=200, deadline=None)
+@given(stream=streams(), picks_a=st.lists(st.booleans(), max_size=120), picks_b=st.lists(st.booleans(), max_size=120))
+def test_what_counts_does_not_depend_on_how_the_topics_interleave(stream, picks_a, picks_b):
+    events, labels = stream
+    a = feed(PendingStore(TTL, 1_000_000), interleave(events, labels, picks_a))
+    b = feed(PendingStore(TTL, 1_000_000), interleave(events, labels, picks_b))
+    assert a == b
+    event_ts = {e[1]: e[2] for e in events}
+    for event_id in a[0]:  # a match is a label within the TTL after its event
+        assert any(lab[1] == event_id and 0 <= lab[2] - event_ts[event_id] <= TTL for lab in labels)
+
+
+def test_labels_past_the_ttl_unknown_ids_and_duplicates_are_reasons():
+    store = PendingStore(TTL, 1_000_000)
+    order = [("event", "a", 0), ("event", "b", 10), ("label", "a", 20), ("label", "a", 21),
+             ("label", "b", 10 + TTL + 1), ("label", "nobody", 30), ("event", "late", 200)]
+    matched, dead = feed(store, order)
+    assert matched == {"a"}
+    assert dead == [("a", "label_duplicate"), ("b", "label_expired"), ("nobody", "label_unknown_event")]
+
+
+def test_the_maximum_pushes_out_the_oldest():
+    store = PendingStore(TTL, 2)
+    for i in range(3):
+        store.add_event(f"e{i}", waiting(i))
+    assert list(store.events) == ["e1", "e2"] and store.expired_events == 1
+
+
+def test_round_trip_through_checkpoint_arrays():
+    store = PendingStore(TTL, 100)
+    feed(store, [("event", "a", 0), ("event", "ü-b", 5), ("label", "c", 7), ("label", "a", 8)])
+    arrays = store.to_arrays()
+    assert all(a.dtype.kind in "fiub" for a in arrays.values())  # numbers only, as the state file requires
+    back = PendingStore.from_arrays(arrays, TTL, 100, "labels")
+    assert list(back.events) == ["ü-b"] and list(back.labels) == ["c"] and dict(back.gone) == dict(store.gone)
+    w, v = back.events["ü-b"], store.events["ü-b"]
+    assert w.ts_ms == v.ts_ms and np.array_equal(w.indices, v.indices) and np.array_equal(w.values, v.values)
+    assert back.labels["c"].message.value == b"c" and back.labels["c"].message.topic == "labels"
+    assert (back.event_clock, back.label_clock) == (store.event_clock, store.label_clock)
