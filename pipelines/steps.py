@@ -25,9 +25,22 @@ class Position(NamedTuple):
     offset: int
 
 
-class LabelBatch(list):
-    """(Position, Label record) pairs of one model, in arrival order: what
-    :class:`DecodeEvents` emits for a batch of the labels topic."""
+class ModelBatch(list):
+    """One model's part of a batch of messages, in offset order; ``start``:
+    the first offset of the whole batch (every model's parts of earlier
+    batches of the partition reach a keyed step before this one)."""
+
+    def __init__(self, items=(), start: int = 0):
+        super().__init__(items)
+        self.start = start
+
+
+class EventBatch(ModelBatch):
+    """(Position, Event record) pairs of one model."""
+
+
+class LabelBatch(ModelBatch):
+    """(message, Label record) pairs of one model, from the labels topic."""
 
 
 class DecodeEvents(beam.DoFn):
@@ -64,7 +77,8 @@ class DecodeEvents(beam.DoFn):
         if batch and batch[0].topic == self.cfg.labels_topic:
             yield from self._labels(batch)
             return
-        by_model: dict[str, list] = {}
+        by_model: dict[str, EventBatch] = {}
+        start = batch[0].offset if batch else 0
         for msg in batch:
             event, problem = self._screen(msg)
             if problem is not None:
@@ -72,7 +86,10 @@ class DecodeEvents(beam.DoFn):
                 Metrics.counter(NAMESPACE, f"dead_letters_{problem[0]}").inc()
                 yield beam.pvalue.TaggedOutput(self.DEAD, dead_letter(msg, *problem))
                 continue
-            by_model.setdefault(event["model"], []).append((Position(msg.topic, msg.partition, msg.offset), event))
+            items = by_model.get(event["model"])
+            if items is None:
+                items = by_model[event["model"]] = EventBatch(start=start)
+            items.append((Position(msg.topic, msg.partition, msg.offset), event))
         self.events.inc(len(batch))
         yield from by_model.items()
 
@@ -80,6 +97,7 @@ class DecodeEvents(beam.DoFn):
     def _labels(self, batch):
         cfg = self.cfg
         by_model: dict[str, LabelBatch] = {}
+        start = batch[0].offset
         for msg in batch:
             record, problem = screen_label(self.codec, msg.value, cfg.learner.loss, cfg.learner.n_classes,
                                            cfg.max_message_bytes)
@@ -88,7 +106,7 @@ class DecodeEvents(beam.DoFn):
                 Metrics.counter(NAMESPACE, f"dead_letters_{problem[0]}").inc()
                 yield beam.pvalue.TaggedOutput(self.DEAD, dead_letter(msg, *problem))
                 continue
-            by_model.setdefault(record["model"], LabelBatch()).append((msg, record))
+            by_model.setdefault(record["model"], LabelBatch(start=start)).append((msg, record))
         Metrics.counter(NAMESPACE, "labels").inc(len(batch))
         yield from by_model.items()
 

@@ -7,9 +7,10 @@ import typing
 
 import apache_beam as beam
 
-from pipelines.beam_io import ReadFromKafka, ReadFromKafkaRanges, WriteToKafka
+from pipelines.beam_io import ReadFromKafkaRanges, WriteToKafka
 from pipelines.config import RunConfig
 from pipelines.kafka.consumer import resolve_ranges
+from pipelines.state.progress import write_run_start
 from pipelines.state.resume import ResumePoint, earliest
 from pipelines.steps import DecodeEvents, EncodeRecords
 
@@ -22,20 +23,19 @@ Keyed = typing.Tuple[str, typing.Any]  # output type hints give the keyed step a
 
 def _read(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint):
     """The events topic, and the labels topic when labels come late (both
-    read by one source, so labels and events interleave as they arrive)."""
-    starts = point.starts
-    if starts:
-        log.warning("resuming %s from checkpoint offsets %s", cfg.topic, starts)
-    if not cfg.labels_topic:
-        return p | "ReadEvents" >> ReadFromKafka(
-            cfg.bootstrap, cfg.topic, bounded=cfg.bounded, group_id=cfg.group_id, start_offsets=starts or None,
-            consumer_config=cfg.kafka_config, max_batch=cfg.max_batch, stop_after=cfg.stop_after)
+    read by one source, so labels and events interleave as they arrive),
+    from offsets fixed here, which the checkpoint folder records as this
+    run's start (see :mod:`pipelines.state.progress`)."""
+    if point.starts:
+        log.warning("resuming %s from checkpoint offsets %s", cfg.topic, point.starts)
     ranges = []
-    for topic in (cfg.topic, cfg.labels_topic):
+    for topic in filter(None, (cfg.topic, cfg.labels_topic)):
         ranges += resolve_ranges(cfg.bootstrap, topic, bounded=cfg.bounded, group_id=cfg.group_id,
                                  start_offsets=earliest(point.saved, topic) or None,
                                  consumer_config=cfg.kafka_config, stop_after=cfg.stop_after)
-    return p | "ReadEventsAndLabels" >> ReadFromKafkaRanges(
+    if cfg.checkpoint_dir:
+        write_run_start(cfg.checkpoint_dir, {(r.topic, r.partition): r.start for r in ranges})
+    return p | "Read" >> ReadFromKafkaRanges(
         cfg.bootstrap, ranges, group_id=cfg.group_id, consumer_config=cfg.kafka_config, max_batch=cfg.max_batch)
 
 

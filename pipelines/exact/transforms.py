@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import uuid
 
 import apache_beam as beam
 from apache_beam.coders import VarIntCoder
@@ -30,6 +31,7 @@ from apache_beam.transforms.window import GlobalWindow
 from pipelines.config import RunConfig
 from pipelines.kafka.producer import KafkaWriter
 from pipelines.state.checkpoints import CheckpointStore, checkpoint_record
+from pipelines.state.progress import write_worker
 from pipelines.steps import NAMESPACE, LabelBatch
 
 from schemas.codec import Codec
@@ -77,6 +79,7 @@ class LearnModels(beam.DoFn):
         self.predictions = Metrics.counter(NAMESPACE, "predictions")
         self.fired_at: dict[str, int] = {}  # model -> its event count when END last fired
         self.seen: dict[tuple[str, int], int] = {}  # (topic, partition) -> next offset, over all models here
+        self.worker = uuid.uuid4().hex[:12]  # names this worker's progress file
         self.started = time.monotonic()
         self.last_report = self.started
         # Compile the learner's kernels now, before the source starts its clock
@@ -130,11 +133,13 @@ class LearnModels(beam.DoFn):
         Metrics.counter(NAMESPACE, "dead_letters").inc(len(records))
 
     def _saw(self, items) -> None:
-        """Every item of a partition reaches this instance in offset order, so
-        each of its models has seen all of its own events below these offsets."""
-        for msg, _ in items[-1:]:
+        """A model's part of batch k reaches this step after every model's
+        part of the earlier batches of its partition, so each model here has
+        seen all of its own events below the batch's first offset. (Not below
+        the batch's end: other models' parts of this batch may still come.)"""
+        for msg, _ in items[:1]:
             key = (msg.topic, msg.partition)
-            self.seen[key] = max(self.seen.get(key, 0), msg.offset + 1)
+            self.seen[key] = max(self.seen.get(key, 0), items.start)
 
     def _gauges(self, model: str, runner: ModelRunner) -> None:
         if runner.labelled:  # gauges hold integers: parts per million
@@ -147,16 +152,18 @@ class LearnModels(beam.DoFn):
             Metrics.gauge(NAMESPACE, f"pending_expired_{model}").set(runner.pending.expired_events)
 
     def _checkpoint(self, runner: ModelRunner):
-        """Checkpoint ``runner``, recording how far this worker has seen each
-        partition (its model covers its own events below that, even where it
-        had none: a restart need not read them again for it). Models that
-        have never been checkpointed are written first, with their own
-        offsets only, so that no model is left behind a restart's start."""
+        """Checkpoint ``runner``, and any model here never checkpointed yet,
+        recording how far this worker has seen each partition (a model covers
+        its own events below that, even where it had none); then this
+        worker's progress file, the floor a restart starts from
+        (:mod:`pipelines.state.progress`)."""
         self._flush()  # the predictions and dead letters the checkpoints cover are in Kafka first
         for other in self.runners.values():
             if other is not runner and other.never_saved:
-                yield beam.pvalue.TaggedOutput(self.CHECKPOINTS, checkpoint_record(other.checkpoint()))
+                yield beam.pvalue.TaggedOutput(self.CHECKPOINTS, checkpoint_record(other.checkpoint(self.seen)))
         yield beam.pvalue.TaggedOutput(self.CHECKPOINTS, checkpoint_record(runner.checkpoint(self.seen)))
+        # Every model here has a checkpoint now: no restart needs to read below this again.
+        write_worker(self.cfg.checkpoint_dir, self.worker, self.seen)
 
     def _flush(self):
         self.writer.flush()

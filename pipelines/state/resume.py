@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 from .checkpoints import CheckpointStore
 from .cuts import CutStore
+from .progress import floor
 
 FRESH_START = "start fresh with --from-scratch (the old checkpoints are moved aside) or use another --checkpoint-dir"
 
@@ -57,12 +58,16 @@ def earliest(saved: list[Saved], topic: str) -> dict[int, int]:
 
 
 def resume_exact(checkpoint_dir: str | None, topic: str) -> ResumePoint:
-    """From the newest valid checkpoint of each model in ``checkpoint_dir``."""
+    """From the newest valid checkpoint of each model in ``checkpoint_dir``,
+    never past the floor of :mod:`pipelines.state.progress`."""
     if not checkpoint_dir:
         return ResumePoint({}, {})
     store = CheckpointStore(checkpoint_dir)
     found = [c for c in (store.latest(m) for m in store.models()) if c is not None]
     saved = [Saved(c.path, c.source, c.offsets) for c in found]
+    bound = floor(checkpoint_dir)
+    if bound is not None:
+        saved.append(Saved(os.path.join(checkpoint_dir, ".progress"), None, bound))
     return ResumePoint({c.model: c.event_count for c in found}, earliest(saved, topic), saved)
 
 

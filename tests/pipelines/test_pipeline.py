@@ -129,3 +129,35 @@ def test_killed_pipeline_resumes_from_its_checkpoint(kafka_bootstrap, topic_name
     # to the end of the topic: how many predictions were re-sent after the kill is not known in advance
     preds = [record for _, _, record in read_topic(kafka_bootstrap, topic_name + ".pred")]
     assert {p["event_id"] for p in preds} == {e["id"] for e in events}
+
+
+def test_a_model_that_joins_a_shared_partition_late_loses_nothing_on_restart(kafka_bootstrap, topic_name, tmp_path):
+    """Model b's first events come after model a has checkpointed past them
+    in the same partition: the restart must still replay them for b."""
+    Xa, ya, a_events = toy_stream(3000, seed=1, model="a")
+    Xb, yb, b_events = toy_stream(400, seed=2, model="b")
+    stream = a_events[:2000] + [e for pair in zip(a_events[2000:2400], b_events) for e in pair]
+    produce_events(kafka_bootstrap, topic_name, stream, partitions=1, progress=False)
+    ckpt_dir = tmp_path / "ckpt"
+    cmd = [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", kafka_bootstrap, "--topic", topic_name,
+           "--predictions-topic", topic_name + ".pred", "--checkpoint-dir", str(ckpt_dir),
+           "--checkpoint-every", "2100", "--max-batch", "100"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:  # a checkpoints at 2,100 of its events: 100 of b's have come by then
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (ckpt_dir / "a").exists():
+            time.sleep(0.05)
+        assert (ckpt_dir / "a").exists(), "no checkpoint of model a before the deadline"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    produce_events(kafka_bootstrap, topic_name, a_events[2400:], progress=False)
+    subprocess.run(cmd + ["--bounded"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=300)
+    for model, X, y, n in (("a", Xa, ya, 3000), ("b", Xb, yb, 400)):
+        final = CheckpointStore(str(ckpt_dir)).latest(model)
+        assert final.event_count == n, model
+        straight = make_learner("scinol2", "logistic")
+        straight.learn(X, y)
+        np.testing.assert_array_equal(final.learner.state.arrays["P"],
+                                      straight.state.arrays["P"][: final.learner.state.n_coords])

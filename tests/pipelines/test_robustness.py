@@ -80,7 +80,7 @@ def test_a_remade_topic_is_refused_and_from_scratch_starts_fresh(kafka_bootstrap
     want.learn(X, y)
     np.testing.assert_array_equal(final.learner.state.arrays["P"], want.state.arrays["P"][: final.learner.state.n_coords])
     moved = [e for e in os.listdir(cfg.checkpoint_dir) if e.startswith(".superseded-")]
-    assert len(moved) == 1 and os.listdir(os.path.join(cfg.checkpoint_dir, moved[0])) == ["default"]
+    assert len(moved) == 1 and "default" in os.listdir(os.path.join(cfg.checkpoint_dir, moved[0]))
 
 
 def test_checkpoints_past_the_end_of_the_topic_are_refused(kafka_bootstrap, topic_name, tmp_path):
@@ -115,7 +115,7 @@ def test_max_models_sends_further_model_names_to_the_dead_letter_topic(kafka_boo
     dead = read_records(kafka_bootstrap, cfg.dlq_topic, 30)
     assert len(dead) == 30 and {d["reason"] for d in dead} == {"too_many_models"}
     assert "would be model number 3 of this worker; --max-models is 2" in dead[0]["detail"]
-    assert sorted(os.listdir(cfg.checkpoint_dir)) == ["a", "b"]
+    assert sorted(e for e in os.listdir(cfg.checkpoint_dir) if not e.startswith(".")) == ["a", "b"]
 
 
 def test_a_bounded_run_checkpoints_when_due_and_at_the_end_only(kafka_bootstrap, topic_name, tmp_path, capsys):
@@ -139,4 +139,4 @@ def test_the_demo_runs_twice_in_one_folder(tmp_path):
         assert "%3|" not in done.stderr and "Connection refused" not in done.stderr
         assert "predictions: 1,138 records" in done.stdout
     assert "starting fresh" in done.stderr
-    assert sorted(os.listdir(tmp_path / "scinol-demo" / "checkpoints")) == ["breast-cancer"]
+    assert sorted(os.listdir(tmp_path / "scinol-demo" / "checkpoints")) == [".progress", "breast-cancer"]
