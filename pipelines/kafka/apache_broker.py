@@ -58,10 +58,10 @@ appender.out.type = Console
 appender.out.name = out
 appender.out.layout.type = PatternLayout
 appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
+rootLogger.level = WARN
 rootLogger.appenderRef.out.ref = out
-logger.state.name = state.change.logger
-logger.state.level = WARN
+logger.broker.name = kafka.server.BrokerServer
+logger.broker.level = INFO
 """
 
 
@@ -98,7 +98,11 @@ class ApacheKafkaBroker:
         wait until it serves metadata; the bootstrap address."""
         libs = provision_kafka(self.version)
         if self.home is None:
-            self._prepare(libs)
+            try:
+                self._prepare(libs)
+            except BaseException:
+                self.stop()
+                raise
         self._launch(libs, timeout)
         return self.bootstrap
 
@@ -247,7 +251,8 @@ class ApacheKafkaBroker:
         last = None
         while self.process.poll() is None and time.monotonic() < deadline:
             try:
-                if admin.list_topics(timeout=2.0).brokers:
+                metadata = admin.list_topics(timeout=2.0)
+                if metadata.brokers and self._group_coordinators_loaded(metadata):
                     return
             except Exception as exc:  # KafkaException until the listener is ready
                 last = exc
@@ -255,6 +260,25 @@ class ApacheKafkaBroker:
         if self.process.poll() is not None:
             raise BrokerError(f"Apache Kafka exited with status {self.process.returncode}: {self.log_tail()}")
         raise BrokerError(f"Apache Kafka at {self.bootstrap} did not serve metadata within {timeout:.0f} s ({last})")
+
+    def _group_coordinators_loaded(self, metadata) -> bool:
+        """After a restart, whether every partition of the consumer offsets
+        topic is loaded (until then, committed offsets are answered with
+        NOT_COORDINATOR): one offset fetch for a group on each partition."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        offsets_topic = metadata.topics.get("__consumer_offsets")
+        if offsets_topic is None:  # a new broker: nothing to load
+            return True
+        for group in probe_groups(len(offsets_topic.partitions)):
+            consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, **self.client_config()})
+            try:
+                consumer.committed([TopicPartition("__consumer_offsets", 0)], timeout=2.0)
+            except KafkaException:
+                return False
+            finally:
+                consumer.close()
+        return True
 
     def _terminate(self, timeout: float) -> None:
         proc, self.process = self.process, None
@@ -268,15 +292,18 @@ class ApacheKafkaBroker:
                 proc.kill()
         proc.wait()
 
-    def log_tail(self, chars: int = 800) -> str:
-        """The end of the broker's log, for error messages."""
+    def log_tail(self, chars: int = 600) -> str:
+        """For error messages: the broker log's first error (and the line
+        after it, the exception), else the log's end."""
         try:
             with open(self.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - chars))
-                return f.read().decode(errors="replace").strip()
+                lines = f.read().decode(errors="replace").splitlines()
         except (OSError, TypeError):
             return ""
+        first_error = next((i for i, line in enumerate(lines) if " ERROR " in line or " FATAL " in line), None)
+        if first_error is not None:
+            return " / ".join(line.strip() for line in lines[first_error:first_error + 2])[:chars]
+        return "\n".join(lines)[-chars:].strip()
 
 
 def write_properties(path: Path, props: dict) -> None:
@@ -284,6 +311,28 @@ def write_properties(path: Path, props: dict) -> None:
     lines = [f"{key}={str(value).replace(chr(92), chr(92) * 2)}" for key, value in props.items()]
     path.touch(mode=0o600)
     path.write_text("\n".join(lines) + "\n")
+
+
+def probe_groups(partitions: int) -> list[str]:
+    """One consumer group id per partition of the consumer offsets topic: a
+    group's offsets live in partition ``abs(java hashCode(group id)) %
+    partitions``."""
+    found: dict[int, str] = {}
+    candidate = 0
+    while len(found) < partitions:
+        group = f"scinol-probe-{candidate}"
+        h = _java_string_hash(group)
+        found.setdefault((0 if h == -(1 << 31) else abs(h)) % partitions, group)  # Kafka's Utils.abs
+        candidate += 1
+    return [found[p] for p in range(partitions)]
+
+
+def _java_string_hash(text: str) -> int:
+    """``java.lang.String.hashCode`` (ASCII text): s[0]*31^(n-1) + ... + s[n-1], as a signed 32-bit int."""
+    h = 0
+    for char in text:
+        h = (31 * h + ord(char)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
 
 
 def new_cluster_id() -> str:
