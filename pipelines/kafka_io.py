@@ -130,6 +130,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from confluent_kafka import (TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException, Producer,
                              TopicPartition)
 
+from .kafka.group_offsets import committed_offsets
 from .kafka_health import with_error_reporting
 
 _LOG = logging.getLogger(__name__)
@@ -284,7 +285,7 @@ def resolve_ranges(bootstrap: str, topic: str, *, bounded: bool, group_id: Optio
         if group_id is not None:
             need = [TopicPartition(topic, p) for p in partitions if p not in starts]
             if need:
-                for tp in consumer.committed(need, timeout=timeout):
+                for tp in committed_offsets(consumer, need, timeout):
                     if tp.error is not None:
                         raise RuntimeError(f"cannot fetch committed offset of {topic}[{tp.partition}] "
                                            f"for group {group_id!r}: {tp.error}")

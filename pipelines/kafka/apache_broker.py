@@ -117,17 +117,19 @@ class ApacheKafkaBroker:
         if home is not None:
             shutil.rmtree(home, ignore_errors=True)
 
-    def restart(self, *, kill: bool = False, down_for: float = 0.0, timeout: float = 120.0) -> str:
+    def restart(self, *, kill: bool = False, down_for: float = 0.0, wait_for_groups: bool = True,
+                timeout: float = 120.0) -> str:
         """Stop the process (SIGTERM, or SIGKILL if ``kill``: a crash), wait
         ``down_for`` seconds, and start it again on the same port and data:
-        topics, messages and committed offsets are kept."""
+        topics, messages and committed offsets are kept. Returns once the
+        broker serves metadata and, if ``wait_for_groups``, committed offsets."""
         if self.home is None:
             raise BrokerError("restart() of a broker that was never started")
         if kill and self.process is not None:
             self.process.kill()
         self._terminate(timeout)
         time.sleep(down_for)
-        self._launch(provision_kafka(self.version), timeout)
+        self._launch(provision_kafka(self.version), timeout, wait_for_groups)
         return self.bootstrap
 
     def __enter__(self) -> "ApacheKafkaBroker":
@@ -227,7 +229,7 @@ class ApacheKafkaBroker:
                 f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
                 "-cp", f"{libs}/*", main]
 
-    def _launch(self, libs: Path, timeout: float) -> None:
+    def _launch(self, libs: Path, timeout: float, wait_for_groups: bool = True) -> None:
         cmd = self._java(libs, "kafka.Kafka") + [str(self.home / "server.properties")]
         with open(self.log_path, "ab") as log:
             # Its own session (Ctrl-C in a terminal reaches us, and we stop
@@ -235,14 +237,15 @@ class ApacheKafkaBroker:
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True, preexec_fn=_die_with_parent, cwd=self.home)
         try:
-            self._wait_until_serving(timeout)
+            self._wait_until_serving(timeout, wait_for_groups)
         except BaseException:
             self.stop()
             raise
 
-    def _wait_until_serving(self, timeout: float) -> None:
+    def _wait_until_serving(self, timeout: float, wait_for_groups: bool = True) -> None:
         """Until the broker lists itself in its metadata (it is then
-        registered with its controller and accepts produce requests)."""
+        registered with its controller and accepts produce requests) and, if
+        ``wait_for_groups``, answers for committed offsets."""
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + timeout
@@ -257,7 +260,7 @@ class ApacheKafkaBroker:
         while self.process.poll() is None and time.monotonic() < deadline:
             try:
                 metadata = admin.list_topics(timeout=2.0)
-                if metadata.brokers and self._group_coordinators_loaded(metadata):
+                if metadata.brokers and (not wait_for_groups or self._group_coordinators_loaded(metadata)):
                     return
             except Exception as exc:  # KafkaException until the listener is ready
                 last = exc
