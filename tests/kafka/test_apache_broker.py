@@ -8,6 +8,7 @@ Outside CI a machine without Java or Maven skips these tests; under
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -205,18 +206,30 @@ def test_stop_frees_the_port_and_deletes_the_data():
 
 def test_broker_dies_with_a_killed_parent():
     code = ("from pipelines.kafka.apache_broker import ApacheKafkaBroker; import time; "
-            "b = ApacheKafkaBroker(); b.start(); print(b.port, flush=True); time.sleep(120)")
+            "b = ApacheKafkaBroker(); b.start(); print(b.port, b.process.pid, b.home, flush=True); time.sleep(120)")
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
-        port = int(parent.stdout.readline())
-        assert _port_open("127.0.0.1", port)
+        port, pid, home = parent.stdout.readline().split()
+        assert _port_open("127.0.0.1", int(port))
     finally:
         parent.send_signal(signal.SIGKILL)  # no cleanup code runs in the parent
         parent.wait()
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and _port_open("127.0.0.1", port):
+    while time.monotonic() < deadline and _port_open("127.0.0.1", int(port)):
         time.sleep(0.2)
-    assert not _port_open("127.0.0.1", port)
+    assert not _port_open("127.0.0.1", int(port))
+    while time.monotonic() < deadline and _alive(int(pid)):
+        time.sleep(0.2)
+    assert not _alive(int(pid))
+    shutil.rmtree(home)  # the data folder: its owner was killed before it could delete it
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # the broker is the killed parent's child, not ours: no zombie is left for us
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def test_a_broker_that_cannot_start_says_why_from_its_log():
