@@ -38,6 +38,7 @@ from typing import Iterator, NamedTuple, Optional
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, TopicPartition
 
+from .group_offsets import committed_offsets
 from .health import quiet, with_error_reporting
 
 log = logging.getLogger(__name__)
@@ -183,7 +184,7 @@ def _start_offsets(consumer, topic, partitions, given, group_id, timeout) -> dic
         starts[p] = int(off)
     need = [TopicPartition(topic, p) for p in partitions if p not in starts]
     if group_id is not None and need:
-        for tp in consumer.committed(need, timeout=timeout):
+        for tp in committed_offsets(consumer, need, timeout):
             if tp.error is not None:
                 raise RuntimeError(f"cannot fetch committed offset of {topic}[{tp.partition}] "
                                    f"for group {group_id!r}: {tp.error}")

@@ -1,4 +1,4 @@
-"""pipelines.kafka_io against the real embedded broker (tansu), through Beam on the FnApiRunner.
+"""The Beam Kafka source and sink (pipelines.beam_io) against the real embedded broker (tansu), through Beam on the FnApiRunner.
 
 Nothing is mocked: topics are created on the session broker, written with a
 plain confluent-kafka producer (or WriteToKafka), and read through Beam.
@@ -32,8 +32,9 @@ def _create_topic(bootstrap, topic, partitions=PARTITIONS):
 
 
 def _produce(bootstrap, topic, ids, partitions=PARTITIONS):
-    """Value = the decimal id; partition = id % partitions (so each partition is in id order)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    """Value = the decimal id; partition = id % partitions (so each partition is in id order: the
+    producer is idempotent, or a retried batch could land after later ones on Apache Kafka)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
     for i in ids:
         while True:
             try:

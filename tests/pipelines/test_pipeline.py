@@ -76,7 +76,7 @@ def test_bad_events_go_to_the_dead_letter_topic_and_the_rest_flows(kafka_bootstr
         200: codec.encode("scinol.Event", {**events[200], "label": 7.0}),
     }
     KafkaAdmin(kafka_bootstrap).ensure_topics([TopicSpec(topic_name, 1)])
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})  # offsets in order
     for i, event in enumerate(events):
         producer.produce(topic_name, value=bad.get(i) or codec.encode("scinol.Event", event))
     producer.flush(10)

@@ -81,7 +81,7 @@ def test_lost_and_repeated_feedback_neither_corrupt_nor_stall(kafka_bootstrap, t
     X, y, events = toy_stream(500)
     codec = Codec()
     KafkaAdmin(kafka_bootstrap).ensure_topics([TopicSpec(topic_name, 1)])
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})  # offsets in order
     for i, event in enumerate(events):  # with one bad event: dead letters are accounted for too
         producer.produce(topic_name, value=b"\x00junk" if i == 77 else codec.encode("scinol.Event", event))
     producer.flush(10)
