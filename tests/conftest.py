@@ -1,24 +1,28 @@
 """Fixtures and markers shared by the whole suite.
 
 Markers (``-m``): ``kafka`` (talks to a real broker; every test using the
-``kafka_bootstrap`` fixture gets it), ``flink`` (runs on Apache Flink),
-``slow`` (ten seconds or more). Under ``CI=true`` a skipped ``kafka`` or
-``flink`` test fails the run: an integration test that did not run has not
-passed.
+``kafka_bootstrap`` fixture gets it), ``registry`` (talks to a real schema
+registry, Apicurio Registry through its Confluent-compatible API; every test
+using the ``schema_registry`` fixture gets it), ``flink`` (runs on Apache
+Flink), ``slow`` (ten seconds or more). Under ``CI=true`` a skipped
+``kafka``, ``registry`` or ``flink`` test fails the run: an integration test
+that did not run has not passed.
 """
 
 import os
 import re
 import uuid
+from typing import NamedTuple
 
 import pytest
 
 MARKERS = {
     "kafka": "talks to a real Kafka-protocol broker",
+    "registry": "talks to a real schema registry (Apicurio Registry, Confluent's REST API)",
     "flink": "runs a pipeline on Apache Flink",
     "slow": "takes ten seconds or more",
 }
-INTEGRATION = ("kafka", "flink")
+INTEGRATION = ("kafka", "registry", "flink")
 
 
 def pytest_configure(config):
@@ -30,6 +34,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "kafka_bootstrap" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.kafka)
+        if "schema_registry" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.registry)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -55,3 +61,32 @@ def kafka_bootstrap():
 def topic_name(request):
     """A topic name unique to the test (the session's broker is shared)."""
     return re.sub(r"[^A-Za-z0-9._-]", "-", request.node.name)[:80] + "-" + uuid.uuid4().hex[:8]
+
+
+class RegistryAccess(NamedTuple):
+    url: str  # the Confluent-compatible API, without credentials
+    user: str
+    password: str
+
+    @property
+    def config(self) -> dict:
+        """SchemaRegistryClient settings that authenticate."""
+        return {"basic.auth.user.info": f"{self.user}:{self.password}"}
+
+
+@pytest.fixture(scope="session")
+def schema_registry():
+    """A real schema registry for the session: Apicurio Registry (in-memory)
+    through its Confluent-compatible API, provisioned into the cache folder
+    the first time, requiring HTTP basic authentication (a fresh password)."""
+    from pipelines.provision.registry import LocalRegistry, ProvisionError
+
+    password = "pw-" + uuid.uuid4().hex
+    try:
+        registry = LocalRegistry({"scinol": password}).start()
+    except ProvisionError as exc:
+        pytest.skip(f"no schema registry: {exc}")
+    try:
+        yield RegistryAccess(registry.url, "scinol", password)
+    finally:
+        registry.stop()
