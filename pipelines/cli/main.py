@@ -36,10 +36,12 @@ def _user_errors() -> tuple:
     """Errors the user causes, reported in one line (exit 2)."""
     from learners.losses import LabelError
     from learners.state import StateFileError
+    from pipelines.kafka.admin import TopicSetupError
     from pipelines.kafka.broker import BrokerError
     from pipelines.records.datafiles import DataError
+    from schemas.registry import SchemaRegistryError
 
-    return UsageError, DataError, StateFileError, LabelError, BrokerError
+    return UsageError, DataError, StateFileError, LabelError, BrokerError, SchemaRegistryError, TopicSetupError
 
 
 def main(argv=None) -> int:

@@ -36,9 +36,10 @@ class ModelRunner:
         self._last_manifest: dict | None = None
 
     def process(self, items: list[tuple]) -> list[dict]:
-        """Predict then learn each (message, event) in order; returns one
-        Prediction record per event not already covered by the state."""
-        items = [(m, e) for m, e in items if m.offset >= self.offsets.get((m.topic, m.partition), 0)]
+        """Predict then learn each (position, event) in order; returns one
+        Prediction record per event not already covered by the state
+        (those of :meth:`fresh`, in order)."""
+        items = self.fresh(items)
         if not items:
             return []
         events = [e for _, e in items]
@@ -50,14 +51,18 @@ class ModelRunner:
         labelled = ~np.isnan(y)
         versions = version + np.concatenate([[0], np.cumsum(labelled)[:-1]])
         prob, klass = readings(self.learner.loss, scores)
-        out = [prediction_record(event, self.model, versions[i], row, prob[i], klass[i], losses[i], now_ms)
-               for i, ((_, event), row) in enumerate(zip(items, scores.tolist()))]
+        out = [prediction_record(event, self.model, versions[i], row, prob[i], klass[i], losses[i], now_ms, pos)
+               for i, ((pos, event), row) in enumerate(zip(items, scores.tolist()))]
         for msg, _ in items:
             self.offsets[(msg.topic, msg.partition)] = msg.offset + 1
         self.metrics.count(scores, y, losses)
         self.events += len(items)
         self._since_checkpoint += len(items)
         return out
+
+    def fresh(self, items: list[tuple]) -> list[tuple]:
+        """The (position, event) items the state does not cover yet."""
+        return [(m, e) for m, e in items if m.offset >= self.offsets.get((m.topic, m.partition), 0)]
 
     @property
     def labelled(self) -> int:

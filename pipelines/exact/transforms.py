@@ -29,10 +29,9 @@ from apache_beam.transforms.window import GlobalWindow
 
 from pipelines.config import RunConfig
 from pipelines.kafka.producer import KafkaWriter
+from pipelines.records.predictions import prediction_key
 from pipelines.state.checkpoints import CheckpointStore, checkpoint_record
 from pipelines.steps import NAMESPACE
-
-from schemas.codec import Codec
 
 from .model_runner import ModelRunner
 
@@ -63,7 +62,7 @@ class LearnModels(beam.DoFn):
         self.runners: dict[str, ModelRunner] = {}
         cfg = self.cfg
         self.store = CheckpointStore(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
-        self.codec = Codec(cfg.registry_url)
+        self.codec = cfg.codec()
         self.writer = KafkaWriter(cfg.bootstrap, cfg.predictions_topic, cfg.kafka_config)
         self.predictions = Metrics.counter(NAMESPACE, "predictions")
         self.started = time.monotonic()
@@ -81,12 +80,13 @@ class LearnModels(beam.DoFn):
     def process(self, element, events=beam.DoFn.StateParam(EVENTS), end=beam.DoFn.TimerParam(END)):
         model, items = element
         runner = self._runner(model)
+        items = runner.fresh(items)
         predictions = runner.process(items)
         events.write(runner.events)
         end.set(GlobalWindow().max_timestamp())  # fires when the input is done (bounded runs)
-        encode = self.codec.encode
-        for p in predictions:
-            self.writer.produce(encode("scinol.Prediction", p))
+        encode, topic = self.codec.encode, self.cfg.predictions_topic
+        for (position, event), p in zip(items, predictions):
+            self.writer.produce(encode("scinol.Prediction", p, topic), prediction_key(event, position))
         self.predictions.inc(len(predictions))
         if runner.labelled:  # gauges hold integers: parts per million
             Metrics.gauge(NAMESPACE, f"mean_loss_ppm_{model}").set(int(runner.mean_loss * 1e6))
