@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import bench, broker, demo, generate, learn, learners, model, produce, run, tail
+from . import bench, broker, demo, generate, learn, learners, model, produce, registry, run, tail
 from .errors import EXIT_USAGE, UsageError
 
-COMMANDS = (learn, generate, learners, broker, run, produce, tail, demo, model, bench)
+COMMANDS = (learn, generate, learners, broker, registry, run, produce, tail, demo, model, bench)
 
 
 class _Parser(argparse.ArgumentParser):

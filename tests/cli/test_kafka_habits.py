@@ -103,3 +103,33 @@ def test_checkpointed_runs_never_start_at_the_groups_committed_offsets(kafka_boo
     assert [(r.start, r.stop) for r in committed] == [(7, 10)]
     ignored = resolve_ranges(kafka_bootstrap, topic_name, bounded=True, group_id=group, use_committed=False)
     assert [(r.start, r.stop) for r in ignored] == [(0, 10)]
+
+
+@pytest.mark.registry
+@pytest.mark.slow
+def test_scinol_registry_serves_confluents_api_with_basic_auth(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from schemas.registry import Registry, SchemaRegistryError
+
+    secret = tmp_path / "password"
+    secret.write_text("pw-registry-test\n")
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "registry", "--user", "me", "--password-file",
+                             str(secret)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    try:
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/apis/ccompat/v7"), proc.stderr.read()
+        topic = "registry-command-test"
+        sid = Codec(Registry(url, {"basic.auth.user.info": "me:pw-registry-test"})).schema_id("Event", topic)
+        assert Registry(url, {"basic.auth.user.info": "me:pw-registry-test"}).schema_by_id(sid) is not None
+        with pytest.raises(SchemaRegistryError) as info:
+            Registry(url).schema_by_id(sid)
+        assert info.value.status == 401
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "registry stopped" in err and "pw-registry-test" not in err
