@@ -27,8 +27,17 @@ import urllib.parse
 
 from confluent_kafka.schema_registry import (Schema, SchemaRegistryClient, record_subject_name_strategy,
                                              topic_record_subject_name_strategy, topic_subject_name_strategy)
+from confluent_kafka.schema_registry.error import OAuthTokenError
 from confluent_kafka.schema_registry.error import SchemaRegistryError as _ClientError
 from confluent_kafka.serialization import MessageField, SerializationContext
+
+try:  # the HTTP client Confluent's client uses: httpx2 where installed, else httpx
+    import httpx2 as _httpx
+except ImportError:  # pragma: no cover
+    import httpx as _httpx
+
+_UNREACHABLE = (_httpx.TransportError, OSError, OAuthTokenError)
+"""What a registry that cannot be reached (or authenticated with, for OAuth) raises."""
 
 SUBJECT_STRATEGIES = {
     "TopicNameStrategy": topic_subject_name_strategy,
@@ -165,8 +174,8 @@ class Registry:
                 return None
             raise SchemaRegistryError(action, self.url, exc.http_status_code, self.scrub(str(exc.error_message)),
                                       exc.error_code) from None
-        except Exception as exc:  # noqa: BLE001 - httpx transport errors, TLS errors, ...
-            reason = self.scrub(f"{type(exc).__name__}: {exc}")
+        except _UNREACHABLE as exc:  # connection refused, DNS, TLS, timeouts
+            reason = " ".join(self.scrub(f"{type(exc).__name__}: {exc}").split())
             raise SchemaRegistryError(action, self.url, None, f"cannot reach the schema registry ({reason})") from None
 
     # -- what the codec asks

@@ -64,29 +64,38 @@ def topic_name(request):
 
 
 class RegistryAccess(NamedTuple):
-    url: str  # the Confluent-compatible API, without credentials
+    url: str  # the Confluent-compatible API, https, without credentials
     user: str
     password: str
+    ca_file: str  # the certificate it serves (self-signed): what a client must trust
 
     @property
     def config(self) -> dict:
-        """SchemaRegistryClient settings that authenticate."""
-        return {"basic.auth.user.info": f"{self.user}:{self.password}"}
+        """SchemaRegistryClient settings that trust it and authenticate."""
+        return {"basic.auth.user.info": f"{self.user}:{self.password}", "ssl.ca.location": self.ca_file}
 
 
 @pytest.fixture(scope="session")
-def schema_registry():
+def schema_registry(tmp_path_factory):
     """A real schema registry for the session: Apicurio Registry (in-memory)
     through its Confluent-compatible API, provisioned into the cache folder
-    the first time, requiring HTTP basic authentication (a fresh password)."""
+    the first time, served over HTTPS only (a self-signed certificate made
+    here) and requiring HTTP basic authentication (a fresh password)."""
+    import subprocess
+
     from pipelines.provision.registry import LocalRegistry, ProvisionError
 
+    folder = tmp_path_factory.mktemp("registry-tls")
+    cert, key = str(folder / "cert.pem"), str(folder / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
     password = "pw-" + uuid.uuid4().hex
     try:
-        registry = LocalRegistry({"scinol": password}).start()
+        registry = LocalRegistry({"scinol": password}, tls=(cert, key)).start()
     except ProvisionError as exc:
         pytest.skip(f"no schema registry: {exc}")
     try:
-        yield RegistryAccess(registry.url, "scinol", password)
+        yield RegistryAccess(registry.url, "scinol", password, cert)
     finally:
         registry.stop()

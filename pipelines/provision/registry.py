@@ -9,8 +9,9 @@ Maven into ``$SCINOL_CACHE/registry/`` once and run as a local JVM.
   is missing (Maven, a Java runtime new enough, the download).
 * :class:`LocalRegistry` starts it on a free loopback port, optionally with
   HTTP basic authentication (Quarkus's own embedded users and permission
-  policy, so every request to ``/apis`` needs valid credentials), waits
-  until it answers, and stops it (a context manager).
+  policy, so every request to ``/apis`` needs valid credentials) and HTTPS
+  only (a PEM certificate and key), waits until it answers, and stops it (a
+  context manager).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import tarfile
 import tempfile
@@ -121,23 +123,31 @@ def _free_port() -> int:
 
 class LocalRegistry:
     """Apicurio Registry on loopback. ``users``: ``{name: password}`` for
-    HTTP basic authentication (None: open). ``url`` is its Confluent API."""
+    HTTP basic authentication (None: open); ``tls``: ``(certificate file,
+    key file)`` in PEM to serve HTTPS only (None: plain HTTP). ``url`` is its
+    Confluent API."""
 
-    def __init__(self, users: dict[str, str] | None = None, *, version: str = APICURIO_VERSION,
-                 startup_timeout: float = 180.0):
+    def __init__(self, users: dict[str, str] | None = None, *, tls: tuple[str, str] | None = None,
+                 version: str = APICURIO_VERSION, startup_timeout: float = 180.0):
         self.users, self.version, self.startup_timeout = dict(users or {}), version, startup_timeout
+        self.tls = tls
         self.process: subprocess.Popen | None = None
         self.port = None
         self.log_path = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}{CCOMPAT_PATH}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}{CCOMPAT_PATH}"
 
     def _command(self, home: str) -> list[str]:
         props = {"quarkus.http.host": "127.0.0.1", "quarkus.http.port": self.port,
                  # its management interface (health, metrics) would listen on 0.0.0.0:9000
                  "quarkus.management.host": "127.0.0.1", "quarkus.management.port": _free_port()}
+        if self.tls:
+            props.update({"quarkus.http.port": _free_port(), "quarkus.http.ssl-port": self.port,
+                          "quarkus.http.ssl.certificate.files": os.path.abspath(self.tls[0]),
+                          "quarkus.http.ssl.certificate.key-files": os.path.abspath(self.tls[1]),
+                          "quarkus.http.insecure-requests": "disabled"})
         if self.users:
             props.update({"quarkus.http.auth.basic": "true", "quarkus.security.users.embedded.enabled": "true",
                           "quarkus.security.users.embedded.plain-text": "true",
@@ -164,7 +174,8 @@ class LocalRegistry:
                 raise ProvisionError(f"Apicurio Registry exited with status {self.process.returncode} while "
                                      f"starting; its log: {self.log_path}")
             try:
-                urllib.request.urlopen(self.url + "/subjects", timeout=2).close()
+                context = ssl.create_default_context(cafile=self.tls[0]) if self.tls else None
+                urllib.request.urlopen(self.url + "/subjects", timeout=2, context=context).close()
                 return
             except urllib.error.HTTPError as exc:
                 if exc.code == 401:  # answering, and asking for credentials

@@ -32,7 +32,8 @@ def run_args(bootstrap, topic, *extra):
 
 def registry_args(schema_registry):
     return ["--schema-registry", schema_registry.url, "--schema-registry-config",
-            f"basic.auth.user.info={schema_registry.user}:{schema_registry.password}"]
+            f"basic.auth.user.info={schema_registry.user}:{schema_registry.password}",
+            "--schema-registry-config", f"ssl.ca.location={schema_registry.ca_file}"]
 
 
 def one_error_line(stderr: str) -> str:
@@ -124,8 +125,9 @@ def test_registry_credentials_refused_in_one_line_without_the_secret(kafka_boots
                                                                      capsys):
     host = schema_registry.url.split("://", 1)[1]
     wrong = "wrong-" + schema_registry.password
-    url = f"http://{schema_registry.user}:{wrong}@{host}"
-    assert main(run_args(kafka_bootstrap, topic_name, "--bounded", "--schema-registry", url)) == 2
+    url = f"https://{schema_registry.user}:{wrong}@{host}"
+    assert main(run_args(kafka_bootstrap, topic_name, "--bounded", "--schema-registry", url,
+                         "--schema-registry-config", f"ssl.ca.location={schema_registry.ca_file}")) == 2
     err = capsys.readouterr().err
     line = one_error_line(err)
     assert "(HTTP 401)" in line and f"schema registry at {schema_registry.url}:" in line

@@ -1,9 +1,10 @@
 """The codec against a real schema registry (Apicurio Registry through its
-Confluent-compatible REST API, the ``schema_registry`` fixture, which asks
-for HTTP basic authentication), with Confluent's own AvroSerializer and
+Confluent-compatible REST API, the ``schema_registry`` fixture, served over
+HTTPS only and asking for HTTP basic authentication), with Confluent's own AvroSerializer and
 AvroDeserializer on the other side: subjects named as Confluent's
 serializers name them, lookup-only mode, authentication accepted and
-refused without a secret in any message, ids the registry does not know.
+refused without a secret in any message, TLS trust, ids the registry does
+not know.
 
 Only the failures of a broken proxy in front of a registry (HTTP 500, a
 non-JSON page, 502) use a stand-in server, as a real registry does not
@@ -140,25 +141,27 @@ def test_lookup_only_uses_what_is_registered_and_fails_clearly_without_it(schema
 def test_basic_auth_accepted_from_config_or_url_and_no_secret_is_shown(schema_registry):
     host = schema_registry.url.split("://", 1)[1]
     user, password = schema_registry.user, schema_registry.password
-    in_url = Registry(f"http://{user}:{password}@{host}")
+    trust = {"ssl.ca.location": schema_registry.ca_file}
+    in_url = Registry(f"https://{user}:{password}@{host}", trust)
     assert password not in in_url.url and password not in repr(in_url)
     topic = unique("events")
     assert Codec(in_url).schema_id("Event", topic) == confluent(schema_registry).get_latest_version(
         f"{topic}-value").schema_id
     with pytest.raises(ValueError, match="credentials given twice"):
-        Registry(f"http://{user}:{password}@{host}", {"basic.auth.user.info": f"{user}:{password}"})
+        Registry(f"https://{user}:{password}@{host}", {"basic.auth.user.info": f"{user}:{password}"})
 
 
 @pytest.mark.parametrize("how", ["none", "wrong password in config", "wrong password in URL"])
 def test_basic_auth_refused_without_the_secret_in_the_error(schema_registry, how):
     host = schema_registry.url.split("://", 1)[1]
     wrong = "not-" + schema_registry.password
+    trust = {"ssl.ca.location": schema_registry.ca_file}
     if how == "none":
-        reg = Registry(schema_registry.url)
+        reg = Registry(schema_registry.url, trust)
     elif how == "wrong password in config":
-        reg = Registry(schema_registry.url, {"basic.auth.user.info": f"{schema_registry.user}:{wrong}"})
+        reg = Registry(schema_registry.url, {**trust, "basic.auth.user.info": f"{schema_registry.user}:{wrong}"})
     else:
-        reg = Registry(f"http://{schema_registry.user}:{wrong}@{host}")
+        reg = Registry(f"https://{schema_registry.user}:{wrong}@{host}", trust)
     with pytest.raises(SchemaRegistryError) as info:
         Codec(reg).encode("Event", EVENT, unique("events"))
     err = info.value
@@ -168,6 +171,22 @@ def test_basic_auth_refused_without_the_secret_in_the_error(schema_registry, how
     with pytest.raises(SchemaRegistryError) as info:  # reading too
         Codec(reg).decode(b"\x00\x00\x00\x00\x01\x00")
     assert info.value.status == 401 and wrong not in str(info.value)
+
+
+def test_tls_the_registry_certificate_must_be_trusted(schema_registry):
+    """HTTPS only: without its certificate in ssl.ca.location the client
+    refuses the registry, in one line without the credentials."""
+    untrusting = {**schema_registry.config, "max.retries": 0}
+    del untrusting["ssl.ca.location"]
+    with pytest.raises(SchemaRegistryError) as info:
+        Codec(Registry(schema_registry.url, untrusting)).encode("Event", EVENT, unique("events"))
+    text = str(info.value)
+    assert info.value.status is None and "CERTIFICATE_VERIFY_FAILED" in text and "\n" not in text
+    assert schema_registry.password not in text
+    plain = schema_registry.url.replace("https://", "http://")
+    with pytest.raises(SchemaRegistryError) as info:  # and it does not answer plain HTTP
+        Codec(Registry(plain, {**schema_registry.config, "max.retries": 0})).encode("Event", EVENT, "events")
+    assert info.value.status is None or info.value.status >= 400
 
 
 def test_unreachable_registry_is_one_line_without_credentials():
