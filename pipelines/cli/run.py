@@ -37,8 +37,6 @@ def run(args) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     registry, topics = registry_settings(args), topic_settings(args)
-    if args.max_dead_letter_ratio is not None and not 0 <= args.max_dead_letter_ratio < 1:
-        raise UsageError(f"run: --max-dead-letter-ratio must be at least 0 and below 1, not {args.max_dead_letter_ratio}")
     cfg = RunConfig(
         bootstrap=args.bootstrap, topic=args.topic, predictions_topic=args.predictions_topic, learner=learner,
         bounded=args.bounded, checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,

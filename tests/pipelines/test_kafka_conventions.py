@@ -156,6 +156,23 @@ def test_registry_framed_events_read_without_a_registry_end_with_a_warning(kafka
     assert "bytes left over" in dead["detail"] and "--schema-registry" in dead["detail"]
 
 
+def test_the_dead_letter_guard_judges_windows_of_messages():
+    from pipelines.steps import DeadLetterGuard, DeadLetterRatioExceeded
+
+    guard = DeadLetterGuard(0.5)
+    guard.count(60, 60)  # all dead, but fewer than 100 messages: not judged yet
+    with pytest.raises(DeadLetterRatioExceeded, match="60 of the last 100 messages"):
+        guard.count(40, 0)  # 60 of 100: judged, and over the ratio
+    calm = DeadLetterGuard(0.5)
+    for _ in range(9):
+        calm.count(100, 50)  # exactly half: allowed
+    calm.count(100, 0)  # the 1000-message window ends: counts start again
+    calm.count(100, 40)
+    assert (calm.seen, calm.dead) == (100, 40)
+    with pytest.raises(DeadLetterRatioExceeded, match="101 of the last 200"):
+        calm.count(100, 61)
+
+
 def test_max_dead_letter_ratio_stops_an_unbounded_run(kafka_bootstrap, topic_name, capsys):
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     KafkaAdmin(kafka_bootstrap).ensure_topics([TopicSpec(topic_name, 1)])
