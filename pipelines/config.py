@@ -10,6 +10,8 @@ from typing import NamedTuple
 
 from learners import make_learner
 from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES
+from schemas.codec import Codec
+from schemas.registry import DEFAULT_STRATEGY, Registry
 
 
 class LearnerConfig(NamedTuple):
@@ -41,7 +43,23 @@ class RunConfig:
     dead_letter_topic: str | None = None
     group_id: str | None = None
     kafka_config: dict = field(default_factory=dict, repr=False)  # may hold secrets: never in a repr
-    registry_url: str | None = None
+    registry_url: str | None = field(default=None, repr=False)  # may hold credentials
+    registry_config: dict = field(default_factory=dict, repr=False)
+    """SchemaRegistryClient settings (basic.auth.user.info, ssl.ca.location, ...): may hold secrets."""
+    subject_name_strategy: str = DEFAULT_STRATEGY
+    """Where the output records' schemas are registered: schemas.registry.SUBJECT_STRATEGIES."""
+    auto_register: bool = True
+    """False: lookup-only (a registry the run may only read)."""
+    topic_partitions: int = 1
+    """Partitions of the predictions and dead-letter topics when created (the checkpoint and feedback
+    topics always get 1)."""
+    replication_factor: int | None = None
+    """Of every topic created; None: the broker's default (default.replication.factor)."""
+    topic_config: dict = field(default_factory=dict)
+    """Topic settings (retention.ms, min.insync.replicas, ...) for every topic created."""
+    max_dead_letter_ratio: float | None = None
+    """Stop the run when more than this share of a window of messages became dead letters
+    (pipelines.steps.DeadLetterGuard); None: never."""
     max_batch: int = 2000
     max_index: int = DEFAULT_MAX_INDEX
     """Sparse indices and dense lengths at or above this are dead letters (pipelines.records.dead_letters)."""
@@ -71,6 +89,31 @@ class RunConfig:
     feedback_timeout: float = 30.0
     feedback_faults: object = None
     """Fault injection (tests, fault trials): a pipelines.sharded.transforms.FeedbackFaults."""
+
+    def registry(self) -> Registry | None:
+        if self.registry_url is None:
+            return None
+        return Registry(self.registry_url, self.registry_config, subject_strategy=self.subject_name_strategy,
+                        auto_register=self.auto_register)
+
+    def codec(self) -> Codec:
+        """The codec of this run's records (with its registry, if any)."""
+        return Codec(self.registry())
+
+    def check(self) -> None:
+        """ValueError for settings that cannot work together."""
+        if self.group_id is not None and not self.checkpoint_dir:
+            raise ValueError(
+                "--group-id without --checkpoint-dir: a restart would resume at the group's committed offsets "
+                "with a fresh model and lose everything learned before them; add --checkpoint-dir DIR (the "
+                "checkpoints then decide where a restart resumes, the group's offsets only show progress)")
+        if self.max_dead_letter_ratio is not None and not 0.0 <= self.max_dead_letter_ratio < 1.0:
+            raise ValueError(f"--max-dead-letter-ratio must be at least 0 and below 1, not {self.max_dead_letter_ratio}")
+        if self.topic_partitions < 1:
+            raise ValueError(f"--partitions must be at least 1, not {self.topic_partitions}")
+        if self.replication_factor is not None and self.replication_factor < 1:
+            raise ValueError(f"--replication-factor must be at least 1, not {self.replication_factor}")
+        self.registry()  # bad registry settings (ValueError) fail here
 
     @property
     def dlq_topic(self) -> str:

@@ -1,11 +1,13 @@
-"""Run a configured pipeline: wait for the broker, create the output topics,
-check that the checkpoints belong to the stream, choose the runner, build
-the exact or the sharded graph, and wait for it."""
+"""Run a configured pipeline: check its settings, wait for the broker,
+create the output topics and register (or look up) their schemas, check that
+the checkpoints belong to the stream, choose the runner, build the exact or
+the sharded graph, wait for it, and sum up what it did."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -13,20 +15,44 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from pipelines.config import RunConfig
 from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.state.resume import ResumePoint, check_resume, resume_exact, resume_sharded, source_of, supersede
+from pipelines.steps import NAMESPACE
 
 log = logging.getLogger(__name__)
 
 
+def topic_specs(cfg: RunConfig) -> list[TopicSpec]:
+    """Every topic a run writes to, as it creates them when missing: the
+    configured partitions, replication factor and settings; the checkpoint
+    topic compacted with one partition; the feedback topic (sharded mode)
+    with one partition, as the shards must see each model's feedback in
+    order; and the labels topic, an input, but its labels may not have begun."""
+    def spec(name, partitions=cfg.topic_partitions, **config):
+        return TopicSpec(name, partitions, cfg.replication_factor, {**cfg.topic_config, **config})
+
+    wanted = [spec(cfg.predictions_topic), spec(cfg.dlq_topic),
+              spec(cfg.ckpt_topic, 1, **{"cleanup.policy": "compact"})]
+    if cfg.shards is not None:
+        wanted.append(spec(cfg.feedback, 1))
+    if cfg.labels_topic:
+        wanted.append(spec(cfg.labels_topic))
+    return wanted
+
+
 def ensure_topics(cfg: RunConfig, admin: KafkaAdmin) -> None:
-    """Create the output topics (the checkpoint topic compacted), and the
-    labels topic, when missing."""
-    wanted = [TopicSpec(cfg.predictions_topic), TopicSpec(cfg.dlq_topic),
-              TopicSpec(cfg.ckpt_topic, config={"cleanup.policy": "compact"})]
-    if cfg.shards is not None:  # one partition: the shards must see each model's feedback in order
-        wanted.append(TopicSpec(cfg.feedback))
-    if cfg.labels_topic:  # an input, but the labels may not have begun yet
-        wanted.append(TopicSpec(cfg.labels_topic))
-    admin.ensure_topics(wanted)
+    admin.ensure_topics(topic_specs(cfg))
+
+
+def output_schemas(cfg: RunConfig) -> dict[str, int]:
+    """The schema id of each output record on its topic: registers them, or
+    in lookup-only mode finds them, before anything runs, so a registry that
+    refuses (or lacks a subject) fails the run at once with one clear error
+    (schemas.registry.SchemaRegistryError) instead of inside a worker."""
+    codec = cfg.codec()
+    outputs = [("scinol.Prediction", cfg.predictions_topic), ("scinol.DeadLetter", cfg.dlq_topic),
+               ("scinol.ModelCheckpoint", cfg.ckpt_topic)]
+    if cfg.shards is not None:
+        outputs.append(("scinol.Feedback", cfg.feedback))
+    return {f"{topic} ({record})": codec.schema_id(record, topic) for record, topic in outputs}
 
 
 def prepare_resume(cfg: RunConfig, admin: KafkaAdmin) -> tuple[RunConfig, ResumePoint]:
@@ -73,9 +99,12 @@ def build(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint) -> None:
 
 
 def run(cfg: RunConfig):
+    cfg.check()
     admin = KafkaAdmin(cfg.bootstrap, cfg.kafka_config)
     admin.wait_until_ready(cfg.connect_timeout, say=log.warning)
     ensure_topics(cfg, admin)
+    if cfg.registry_url is not None:
+        output_schemas(cfg)
     cfg, point = prepare_resume(cfg, admin)
     options, runner = pipeline_options(cfg)
     p = beam.Pipeline(runner=runner, options=options)
@@ -83,3 +112,37 @@ def run(cfg: RunConfig):
     result = p.run()
     result.wait_until_finish()
     return result
+
+
+class RunSummary(NamedTuple):
+    """What a run did, from its metrics: messages read from the events
+    topic, predictions written, dead letters by reason."""
+
+    events: int
+    predictions: int
+    dead_letters: dict
+
+    def line(self) -> str:
+        dead = sum(self.dead_letters.values())
+        reasons = ", ".join(f"{r} {n:,}" for r, n in sorted(self.dead_letters.items()))
+        return (f"{self.events:,} messages read, {self.predictions:,} predictions written, {dead:,} dead letters"
+                + (f" ({reasons})" if reasons else ""))
+
+    @property
+    def only_dead_letters(self) -> bool:
+        return self.predictions == 0 and sum(self.dead_letters.values()) > 0
+
+
+def summarize(result) -> RunSummary | None:
+    """The run's :class:`RunSummary`; None when the runner reports no metrics."""
+    try:
+        counters = result.metrics().query(beam.metrics.MetricsFilter().with_namespace(NAMESPACE))["counters"]
+    except Exception:  # noqa: BLE001 - a runner without metrics support
+        return None
+    totals: dict[str, int] = {}
+    for c in counters:
+        value = c.committed if c.committed is not None else c.attempted
+        totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + int(value or 0)
+    prefix = "dead_letters_"
+    dead = {name[len(prefix):]: n for name, n in totals.items() if name.startswith(prefix) and n}
+    return RunSummary(totals.get("events", 0), totals.get("predictions", 0), dead)

@@ -9,7 +9,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from pipelines.config import RunConfig
-from pipelines.records.dead_letters import dead_letter, screen, screen_label
+from pipelines.records.dead_letters import dead_letter, dead_letter_message, screen, screen_label
 from schemas.codec import Codec
 from schemas.reasons import TOO_MANY_MODELS
 
@@ -18,11 +18,13 @@ NAMESPACE = "scinol"
 
 
 class Position(NamedTuple):
-    """Where an event came from: what a checkpoint's offsets refer to."""
+    """Where an event came from: what a checkpoint's offsets refer to, and
+    the message's key (what its prediction is keyed by)."""
 
     topic: str
     partition: int
     offset: int
+    key: bytes | None = None
 
 
 class ModelBatch(list):
@@ -57,9 +59,11 @@ class DecodeEvents(beam.DoFn):
         self.cfg = cfg
 
     def setup(self):
-        self.codec = Codec(self.cfg.registry_url)
+        self.codec = self.cfg.codec()
         self.events = Metrics.counter(NAMESPACE, "events")
         self.dead = Metrics.counter(NAMESPACE, "dead_letters")
+        ratio = self.cfg.max_dead_letter_ratio
+        self.guard = DeadLetterGuard(ratio) if ratio is not None else None
         self.models: set[str] = set()  # the model names this worker has accepted
 
     def _screen(self, msg):
@@ -89,8 +93,10 @@ class DecodeEvents(beam.DoFn):
             items = by_model.get(event["model"])
             if items is None:
                 items = by_model[event["model"]] = EventBatch(start=start)
-            items.append((Position(msg.topic, msg.partition, msg.offset), event))
+            items.append((Position(msg.topic, msg.partition, msg.offset, msg.key), event))
         self.events.inc(len(batch))
+        if self.guard is not None:
+            self.guard.count(len(batch), len(batch) - sum(len(v) for v in by_model.values()))
         yield from by_model.items()
 
 
@@ -112,15 +118,56 @@ class DecodeEvents(beam.DoFn):
 
 
 class EncodeRecords(beam.DoFn):
-    """Records → Confluent-framed Avro bytes, batched for the sink; ``key``
-    names the field used as the Kafka key (None: no key)."""
+    """Records → (key, Confluent-framed Avro bytes) for the sink writing to
+    ``topic``; ``key`` names the field used as the Kafka key (None: no key);
+    ``registry``: a :class:`schemas.registry.Registry` or None."""
 
-    def __init__(self, record_type: str, key: str | None = None, registry_url: str | None = None):
-        self.record_type, self.key, self.registry_url = record_type, key, registry_url
+    def __init__(self, record_type: str, topic: str, registry=None, key: str | None = None):
+        self.record_type, self.topic, self.registry, self.key = record_type, topic, registry, key
 
     def setup(self):
-        self.codec = Codec(self.registry_url)
+        self.codec = Codec(self.registry)
 
     def process(self, record):
-        value = self.codec.encode(self.record_type, record)
+        value = self.codec.encode(self.record_type, record, self.topic)
         yield (record[self.key].encode() if self.key else None, value)
+
+
+class EncodeDeadLetters(EncodeRecords):
+    """DeadLetter records → messages with the original key, headers and
+    timestamp, the error context in headers (:func:`dead_letter_message`)."""
+
+    def __init__(self, topic: str, registry=None):
+        super().__init__("scinol.DeadLetter", topic, registry)
+
+    def process(self, record):
+        yield dead_letter_message(record, self.codec.encode(self.record_type, record, self.topic))
+
+
+class DeadLetterRatioExceeded(RuntimeError):
+    """More of the input became dead letters than ``--max-dead-letter-ratio`` allows."""
+
+
+class DeadLetterGuard:
+    """Judges the share of dead letters over tumbling windows of
+    :attr:`WINDOW` messages, from the :attr:`MIN_MESSAGES`-th message of a
+    window on; raises :class:`DeadLetterRatioExceeded` above ``max_ratio``,
+    so that a run fed only what it cannot read stops instead of filling
+    the dead-letter topic forever."""
+
+    WINDOW = 1000
+    MIN_MESSAGES = 100
+
+    def __init__(self, max_ratio: float):
+        self.max_ratio = max_ratio
+        self.seen = self.dead = 0
+
+    def count(self, seen: int, dead: int) -> None:
+        self.seen += seen
+        self.dead += dead
+        if self.seen >= self.MIN_MESSAGES and self.dead > self.max_ratio * self.seen:
+            raise DeadLetterRatioExceeded(
+                f"{self.dead} of the last {self.seen} messages became dead letters, more than the "
+                f"--max-dead-letter-ratio of {self.max_ratio:g}; stopping (see the dead-letter topic for why)")
+        if self.seen >= self.WINDOW:
+            self.seen = self.dead = 0

@@ -9,11 +9,15 @@ version stay readable: an ``Event`` written with version 1 (no ``weight``)
 decodes with ``weight`` None.
 
 Schemas and their checked-in ids are in :mod:`schemas.catalog`. With a
-schema registry (:class:`schemas.registry.SchemaRegistry`) the ids are the registry's instead: the
-codec registers each current schema under the subject named by the record's
-full name (``scinol.Event``, Confluent's RecordNameStrategy) the first time it
-encodes that record, and resolves ids it does not know through the registry.
-The checked-in ids are then not used at all (the two id spaces are separate).
+schema registry (:class:`schemas.registry.Registry`) the ids are the
+registry's instead: the codec registers (or, lookup-only, looks up) each
+current schema under the subject its naming strategy gives for the topic it
+writes to (``<topic>-value`` by default, as Confluent's serializers do) the
+first time it encodes that record for that topic, and resolves ids it does
+not know through the registry. The checked-in ids are then not used at all
+(the two id spaces are separate, and both start at 1: bytes framed with a
+registry's id but read without the registry are mis-read, and the dead
+letter's detail says so).
 
 Decoded records are plain dicts. ``timestamp-millis`` fields decode as int
 milliseconds (not datetimes); encode accepts int milliseconds or aware
@@ -39,7 +43,7 @@ from fastavro.schema import to_parsing_canonical_form
 
 from .catalog import _ID_MAP, RECORD_TYPES, full_name, load_schema
 from .reasons import UNDECODABLE, UNKNOWN_SCHEMA_ID, WRONG_RECORD_TYPE
-from .registry import SchemaRegistry, SchemaRegistryError
+from .registry import Registry, SchemaRegistryError
 
 __all__ = ["Codec", "DecodeError", "EncodeError", "feature_kind"]
 
@@ -111,14 +115,26 @@ def _prepare_event(record: dict) -> dict:
 
 _PREPARE = {"scinol.Event": _prepare_event}
 
+
+def _only_fields(schema: dict, then=None):
+    """A record's fields that ``schema`` has (and ``then`` applied): writing
+    with a registered older version drops the fields it does not know."""
+    names = tuple(f["name"] for f in schema["fields"])
+
+    def prepare(record: dict) -> dict:
+        kept = {k: record[k] for k in names if k in record}
+        return then(kept) if then is not None else kept
+
+    return prepare
+
 # -------------------------------------------------------------------- codec
 
 
 class Codec:
     """Encode and decode the ``scinol`` records with Confluent framing.
 
-    ``registry``: None (use the checked-in ids), a :class:`SchemaRegistry`, or
-    its URL. ``negative_ttl``: seconds for which an id the registry does not
+    ``registry``: None (use the checked-in ids), a :class:`Registry`, or
+    its URL (default subject naming and auto-registration). ``negative_ttl``: seconds for which an id the registry does not
     know is remembered as unknown (so a flood of bad messages does not turn
     into a flood of registry requests).
 
@@ -128,15 +144,16 @@ class Codec:
     Safe to share between threads.
     """
 
-    def __init__(self, registry: SchemaRegistry | str | None = None, *, negative_ttl: float = 30.0):
+    def __init__(self, registry: Registry | str | None = None, *, negative_ttl: float = 30.0):
         if isinstance(registry, str):
-            registry = SchemaRegistry(registry)
+            registry = Registry(registry)
         self.registry = registry
         self.negative_ttl = float(negative_ttl)
         self._lock = threading.Lock()
         self._missing: dict[int, float] = {}
-        # record name (short and full) -> (frame header, parsed writing schema, prepare | None)
-        self._writers: dict[str, tuple[bytes, dict, object]] = {}
+        # record name (short and full), or (name, topic) with a registry ->
+        # (frame header, parsed writing schema, prepare | None)
+        self._writers: dict = {}
         # schema id -> (full name, short name, parsed writer schema | None, parsed reader schema | None);
         # writer None: a record this codec does not read; reader None: writer is the current version.
         self._by_id: dict[int, tuple] = {}
@@ -160,10 +177,17 @@ class Codec:
 
     # -- tables
 
-    def _add_writer(self, name: str, sid: int) -> tuple[bytes, dict, object]:
-        schema = parse_schema(load_schema(name), named_schemas={})
-        entry = (bytes([MAGIC]) + sid.to_bytes(4, "big"), schema, _PREPARE.get(name))
-        self._writers[name] = self._writers[name.rsplit(".", 1)[1]] = entry
+    def _add_writer(self, name: str, sid: int, topic: str | None = None, schema: dict | None = None) -> tuple:
+        prepare = _PREPARE.get(name)
+        if schema is not None and to_parsing_canonical_form(schema) != self._readers[name][1]:
+            prepare = _only_fields(schema, prepare)  # an older registered version: write the fields it has
+        schema = parse_schema(schema or load_schema(name), named_schemas={})
+        entry = (bytes([MAGIC]) + sid.to_bytes(4, "big"), schema, prepare)
+        short = name.rsplit(".", 1)[1]
+        if self.registry is None:
+            self._writers[name] = self._writers[short] = entry
+        else:
+            self._writers[(name, topic)] = self._writers[(short, topic)] = entry
         return entry
 
     def _add_reader(self, sid: int, name: str, writer_schema: dict | None) -> tuple:
@@ -177,37 +201,44 @@ class Codec:
         self._by_id[sid] = entry
         return entry
 
-    def schema_id(self, record_type: str) -> int:
-        """The id this codec frames ``record_type`` with (registering it first
-        when there is a registry)."""
-        entry = self._writers.get(record_type) or self._writer(record_type)
-        return int.from_bytes(entry[0][1:], "big")
+    def schema_id(self, record_type: str, topic: str | None = None) -> int:
+        """The id this codec frames ``record_type`` with when writing to
+        ``topic`` (registering or looking it up first when there is a
+        registry; the topic only matters there)."""
+        return int.from_bytes(self._writer(record_type, topic)[0][1:], "big")
 
-    def _writer(self, record_type: str) -> tuple[bytes, dict, object]:
-        name = full_name(record_type)
+    def _writer(self, record_type: str, topic: str | None) -> tuple[bytes, dict, object]:
+        entry = self._writers.get(record_type if self.registry is None else (record_type, topic))
+        if entry is not None:
+            return entry
+        name = full_name(record_type)  # ValueError for an unknown record type
+        if self.registry is None:
+            return self._writers[name]
         with self._lock:
-            if name in self._writers:
-                return self._writers[name]
-            sid = self.registry.register(name, json.dumps(load_schema(name), separators=(",", ":")))
+            if (name, topic) in self._writers:
+                return self._writers[(name, topic)]
+            text = json.dumps(load_schema(name), separators=(",", ":"))
+            sid, writer_text = self.registry.writer_schema(name, topic, text)
+            writer = json.loads(writer_text)
+            if _schema_name(writer) != name:
+                raise SchemaRegistryError(f"looking up {name}", self.registry.url, 200,
+                                          f"schema id {sid} is {_schema_name(writer)}, not {name}")
             if sid not in self._by_id:
-                self._add_reader(sid, name, load_schema(name))
-            return self._add_writer(name, sid)
+                self._add_reader(sid, name, writer)
+            return self._add_writer(name, sid, topic, writer)
 
     def _resolve(self, sid: int) -> tuple:
         """Table entry for an id not seen yet (DecodeError if there is none)."""
         if self.registry is None:
-            raise DecodeError(UNKNOWN_SCHEMA_ID, f"schema id {sid} is not in schemas/schema_ids.json")
+            raise DecodeError(UNKNOWN_SCHEMA_ID, f"schema id {sid} is not in schemas/schema_ids.json{self._hint()}")
         with self._lock:
             if sid in self._by_id:
                 return self._by_id[sid]
             now = time.monotonic()
             if self._missing.get(sid, 0.0) > now:
                 raise DecodeError(UNKNOWN_SCHEMA_ID, f"schema id {sid} is not in the schema registry at {self.registry.url}")
-            try:
-                text = self.registry.schema_by_id(sid)
-            except SchemaRegistryError as exc:
-                if exc.status != 404:
-                    raise
+            text = self.registry.schema_by_id(sid)  # SchemaRegistryError: not the message's fault
+            if text is None:
                 if len(self._missing) >= 10_000:
                     self._missing.clear()
                 self._missing[sid] = now + self.negative_ttl
@@ -225,14 +256,16 @@ class Codec:
 
     # -- encode
 
-    def encode(self, record_type: str, record: dict) -> bytes:
+    def encode(self, record_type: str, record: dict, topic: str | None = None) -> bytes:
         """``record`` as Confluent-framed Avro with the current schema of
         ``record_type`` (``"Event"`` or ``"scinol.Event"``). Fields with
-        defaults may be left out; unknown fields are an :class:`EncodeError`."""
+        defaults may be left out; unknown fields are an :class:`EncodeError`.
+        ``topic``: where it is written (with a registry, the subject of
+        TopicNameStrategy and TopicRecordNameStrategy depends on it)."""
         try:
-            header, schema, prepare = self._writers[record_type]
+            header, schema, prepare = self._writers[record_type if self.registry is None else (record_type, topic)]
         except KeyError:
-            header, schema, prepare = self._writer(record_type)
+            header, schema, prepare = self._writer(record_type, topic)
         fo = io.BytesIO()
         fo.write(header)
         try:
@@ -266,12 +299,19 @@ class Codec:
             record = schemaless_reader(fo, writer, reader)
         except Exception as exc:  # any failure to parse untrusted bytes
             message = _STREAM_REPR.sub("", str(exc)) or ("the record ends early" if isinstance(exc, EOFError) else "-")
-            raise DecodeError(
-                UNDECODABLE, f"schema id {sid} ({name}), at or before byte {fo.tell()}: {type(exc).__name__}: {message}"
-            ) from None
+            raise DecodeError(UNDECODABLE, f"schema id {sid} ({name}), at or before byte {fo.tell()}: "
+                                           f"{type(exc).__name__}: {message}{self._hint()}") from None
         if fo.tell() != len(data):
-            raise DecodeError(UNDECODABLE, f"schema id {sid} ({name}): {len(data) - fo.tell()} bytes left over after the record")
+            raise DecodeError(UNDECODABLE, f"schema id {sid} ({name}): {len(data) - fo.tell()} bytes left over "
+                                           f"after the record{self._hint()}")
         return record
+
+    def _hint(self) -> str:
+        """Why a checked-in id may not fit its bytes: registries number from 1 too."""
+        if self.registry is not None:
+            return ""
+        return (" (read with the checked-in schema ids, no schema registry: if the producer used a schema "
+                "registry, its ids mean other schemas here; pass --schema-registry URL)")
 
     def decode_many(self, messages, expected: str | None = None) -> list:
         """Decode each message; the result is aligned with the input, each

@@ -1,100 +1,222 @@
-"""A client of a Confluent-compatible schema registry."""
+"""The schema registry, through Confluent's own client
+(``confluent_kafka.schema_registry.SchemaRegistryClient``), with Confluent's
+conventions for where a record's schema lives:
+
+* Subjects by Confluent's naming strategies (``SUBJECT_STRATEGIES``):
+  ``TopicNameStrategy`` (the default of Confluent's serializers:
+  ``<topic>-value``), ``RecordNameStrategy`` (``scinol.Prediction``) and
+  ``TopicRecordNameStrategy`` (``<topic>-scinol.Prediction``).
+* ``auto_register=False`` is lookup-only, for a pipeline with read-only
+  access: the id of this version's schema if it is registered under the
+  subject, else the subject's latest version (written with that schema),
+  else a clear error; nothing is ever registered.
+* Authentication and TLS: ``config`` takes the keys ``SchemaRegistryClient``
+  takes (``basic.auth.user.info``, ``ssl.ca.location``, ...); credentials in
+  the URL (``https://user:secret@host``) are moved there. No secret appears
+  in any message: URLs are shown without credentials and secret values are
+  replaced by ``***`` in every error text.
+
+Failures of the registry (unreachable, refused, HTTP errors) raise
+:class:`SchemaRegistryError`; an id the registry does not know is ``None``
+from :meth:`Registry.schema_by_id`, for the codec to turn into a dead letter.
+"""
 
 from __future__ import annotations
 
-import json
-import urllib.error
 import urllib.parse
-import urllib.request
+
+from confluent_kafka.schema_registry import (Schema, SchemaRegistryClient, record_subject_name_strategy,
+                                             topic_record_subject_name_strategy, topic_subject_name_strategy)
+from confluent_kafka.schema_registry.error import OAuthTokenError
+from confluent_kafka.schema_registry.error import SchemaRegistryError as _ClientError
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+try:  # the HTTP client Confluent's client uses: httpx2 where installed, else httpx
+    import httpx2 as _httpx
+except ImportError:  # pragma: no cover
+    import httpx as _httpx
+
+_UNREACHABLE = (_httpx.TransportError, OSError, OAuthTokenError)
+"""What a registry that cannot be reached (or authenticated with, for OAuth) raises."""
+
+SUBJECT_STRATEGIES = {
+    "TopicNameStrategy": topic_subject_name_strategy,
+    "RecordNameStrategy": record_subject_name_strategy,
+    "TopicRecordNameStrategy": topic_record_subject_name_strategy,
+}
+DEFAULT_STRATEGY = "TopicNameStrategy"
+SECRET_KEYS = ("basic.auth.user.info", "ssl.key.password", "bearer.auth.token", "bearer.auth.client.secret")
+"""Config keys whose values are secrets: never shown."""
 
 
 class SchemaRegistryError(RuntimeError):
-    """A schema registry request failed. ``status`` is the HTTP status (None
-    when the registry could not be reached), ``error_code`` Confluent's error
-    code when the reply carried one."""
+    """A registry request failed. ``status``: the HTTP status (None when the
+    registry could not be reached); ``error_code``: Confluent's error code
+    when the reply carried one. The message names the registry by its URL
+    without credentials."""
 
-    def __init__(self, method: str, url: str, status: int | None, message: str, error_code: int | None = None):
+    def __init__(self, action: str, url: str, status: int | None, message: str, error_code: int | None = None):
         where = f"HTTP {status}" if status is not None else "no reply"
-        super().__init__(f"schema registry {method} {url} failed ({where}): {message}")
-        self.method = method
-        self.url = url
-        self.status = status
-        self.error_code = error_code
-        self.message = message
+        super().__init__(f"schema registry at {url}: {action} failed ({where}): {message}")
+        self.action, self.url, self.status, self.error_code, self.message = action, url, status, error_code, message
 
 
-_CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """``(url without user info, "user:password" or None)``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    userinfo = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), userinfo
 
 
-class SchemaRegistry:
-    """A minimal client of a Confluent-compatible schema registry (standard
-    library only): :meth:`register` and :meth:`schema_by_id`, schemas by id
-    cached. Failures raise :class:`SchemaRegistryError` naming the URL and
-    the HTTP status."""
+def redact_url(url: str) -> str:
+    """The URL as it may be shown: without its credentials."""
+    try:
+        return split_credentials(url)[0]
+    except ValueError:  # not even parseable: show nothing of it
+        return "<unparseable URL>"
 
-    def __init__(self, url: str, *, timeout: float = 10.0):
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ValueError(f"schema registry URL must start with http:// or https://, got {url!r}")
-        self.url = url.rstrip("/")
-        self.timeout = timeout
-        self._schemas: dict[int, str] = {}
+
+class Registry:
+    """A schema registry as the codec uses it; see the module docstring.
+
+    ``url``: one URL (or several, comma-separated, as Confluent's client
+    takes them); ``config``: further ``SchemaRegistryClient`` settings;
+    ``subject_strategy``: a key of :data:`SUBJECT_STRATEGIES`. Pickles
+    without its client (Beam ships it to workers), which is made on first use.
+    """
+
+    def __init__(self, url: str, config: dict | None = None, *, subject_strategy: str = DEFAULT_STRATEGY,
+                 auto_register: bool = True):
+        if not isinstance(url, str) or not url.strip().startswith(("http://", "https://")):
+            raise ValueError(f"schema registry URL must start with http:// or https://, got {redact_url(str(url))!r}")
+        if subject_strategy not in SUBJECT_STRATEGIES:
+            raise ValueError(f"unknown subject name strategy {subject_strategy!r}; choose one of "
+                             f"{', '.join(SUBJECT_STRATEGIES)}")
+        config = dict(config or {})
+        clean = []
+        for one in url.split(","):
+            bare, userinfo = split_credentials(one.strip().rstrip("/"))
+            clean.append(bare)
+            if userinfo is not None:
+                if "basic.auth.user.info" in config:
+                    raise ValueError("schema registry credentials given twice: in the URL and as basic.auth.user.info")
+                config["basic.auth.user.info"] = userinfo
+        self.url = ",".join(clean)
+        self.config = config
+        self.subject_strategy = subject_strategy
+        self.auto_register = bool(auto_register)
+        self._client = None
+        self._client_conf()  # bad keys fail here, at configuration time
 
     def __repr__(self) -> str:
-        return f"SchemaRegistry({self.url!r})"
+        return f"Registry({self.url!r}, {self.subject_strategy}, auto_register={self.auto_register})"
 
-    def register(self, subject: str, schema_str: str) -> int:
-        """Register ``schema_str`` (Avro JSON) under ``subject``; its id.
-        Registering the same schema again returns the same id."""
-        path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions"
-        reply, url = self._request("POST", path, {"schema": schema_str})
-        sid = reply.get("id")
-        if not isinstance(sid, int) or isinstance(sid, bool):
-            raise SchemaRegistryError("POST", url, 200, f"reply has no integer 'id': {str(reply)[:200]}")
-        self._schemas[sid] = schema_str
-        return sid
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_client": None}
 
-    def schema_by_id(self, schema_id: int) -> str:
-        """The schema (Avro JSON text) registered with ``schema_id``."""
-        schema_id = int(schema_id)
-        try:
-            return self._schemas[schema_id]
-        except KeyError:
-            pass
-        reply, url = self._request("GET", f"/schemas/ids/{schema_id}")
-        schema = reply.get("schema")
-        if not isinstance(schema, str):
-            raise SchemaRegistryError("GET", url, 200, f"reply has no 'schema' string: {str(reply)[:200]}")
-        self._schemas[schema_id] = schema
-        return schema
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
 
-    def _request(self, method: str, path: str, body: dict | None = None) -> tuple[dict, str]:
-        url = self.url + path
-        headers = {"Accept": f"{_CONTENT_TYPE}, application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode("utf-8")
-            headers["Content-Type"] = _CONTENT_TYPE
-        request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    # -- the client
+
+    def _client_conf(self) -> dict:
+        conf = {"url": self.url, "timeout": 10, **self.config}
+        source = conf.pop("basic.auth.credentials.source", None)  # Java clients' key; the user info says it
+        if source not in (None, "USER_INFO", "URL"):
+            raise ValueError(f"schema registry config: basic.auth.credentials.source {source!r} is not supported "
+                             f"(use USER_INFO with basic.auth.user.info, or credentials in the URL)")
+        for key in ("timeout", "max.retries", "retries.wait.ms", "retries.max.wait.ms", "cache.capacity",
+                    "cache.latest.ttl.sec"):
+            if isinstance(conf.get(key), str):  # from a KEY=VALUE file: the client wants numbers
+                try:
+                    conf[key] = float(conf[key]) if "." in conf[key] else int(conf[key])
+                except ValueError:
+                    raise ValueError(f"schema registry config: {key} must be a number") from None
+        if isinstance(conf.get("ssl.ca.location"), str) and conf["ssl.ca.location"].lower() == "false":
+            conf["ssl.ca.location"] = False  # Confluent's spelling for "do not verify"
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                status, payload = response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            payload = exc.read() or b""
-            message, code = payload.decode("utf-8", "replace")[:300].strip() or exc.reason, None
-            try:
-                parsed = json.loads(payload)
-                message = parsed.get("message", message)
-                code = parsed.get("error_code")
-            except (ValueError, AttributeError):
-                pass
-            raise SchemaRegistryError(method, url, exc.code, str(message), code) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise SchemaRegistryError(method, url, None, f"cannot reach the schema registry: {reason}") from None
+            SchemaRegistryClient(conf).close()  # Confluent's own checks; connects to nothing
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"schema registry config: {self.scrub(str(exc))}") from None
+        return conf
+
+    @property
+    def client(self) -> SchemaRegistryClient:
+        if self._client is None:
+            self._client = SchemaRegistryClient(self._client_conf())
+        return self._client
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every secret value of the config replaced by ``***``."""
+        for key in SECRET_KEYS:
+            value = self.config.get(key)
+            if not value:
+                continue
+            secrets = [value] + ([value.split(":", 1)[1]] if key == "basic.auth.user.info" and ":" in value else [])
+            for secret in secrets:
+                if secret:
+                    text = text.replace(secret, "***")
+        return text
+
+    def _call(self, action: str, fn, *args, missing_ok: bool = False):
+        """``fn(*args)`` on the client; None for a 404 when ``missing_ok``;
+        every failure as a :class:`SchemaRegistryError` without secrets."""
         try:
-            reply = json.loads(payload)
-        except ValueError:
-            reply = None
-        if not isinstance(reply, dict):
-            raise SchemaRegistryError(method, url, status, f"reply is not a JSON object: {payload[:200]!r}")
-        return reply, url
+            return fn(*args)
+        except _ClientError as exc:
+            if missing_ok and exc.http_status_code == 404:
+                return None
+            raise SchemaRegistryError(action, self.url, exc.http_status_code, self.scrub(str(exc.error_message)),
+                                      exc.error_code) from None
+        except _UNREACHABLE as exc:  # connection refused, DNS, TLS, timeouts
+            reason = " ".join(self.scrub(f"{type(exc).__name__}: {exc}").split())
+            raise SchemaRegistryError(action, self.url, None, f"cannot reach the schema registry ({reason})") from None
+
+    # -- what the codec asks
+
+    def subject(self, record_name: str, topic: str | None) -> str:
+        """The subject of ``record_name`` written to ``topic`` (value side)."""
+        if topic is None and self.subject_strategy != "RecordNameStrategy":
+            raise ValueError(f"{self.subject_strategy} names subjects after the topic: give the topic "
+                             f"{record_name} is written to")
+        ctx = SerializationContext(topic, MessageField.VALUE)
+        return SUBJECT_STRATEGIES[self.subject_strategy](ctx, record_name)
+
+    def writer_schema(self, record_name: str, topic: str | None, schema_text: str) -> tuple[int, str]:
+        """``(id, schema text)`` to frame ``record_name`` with on ``topic``:
+        ``schema_text`` registered (auto-register), or looked up; lookup-only
+        falls back to the subject's latest version."""
+        subject = self.subject(record_name, topic)
+        schema = Schema(schema_text, "AVRO")
+        if self.auto_register:
+            return self._call(f"registering {record_name} under subject {subject!r}", self.client.register_schema,
+                              subject, schema), schema_text
+        found = self._call(f"looking up {record_name} under subject {subject!r}", self.client.lookup_schema,
+                           subject, schema, missing_ok=True)
+        if found is not None:
+            return found.schema_id, schema_text
+        latest = self._call(f"reading the latest schema of subject {subject!r}", self.client.get_latest_version,
+                            subject, missing_ok=True)
+        if latest is None:
+            raise SchemaRegistryError(
+                f"looking up {record_name} under subject {subject!r}", self.url, 404,
+                f"no schema is registered under subject {subject!r} and auto-registration is off "
+                f"(--no-auto-register): register {record_name} there first, or let the pipeline register it")
+        return latest.schema_id, latest.schema.schema_str
+
+    def schema_by_id(self, schema_id: int) -> str | None:
+        """The schema (Avro JSON text) registered with ``schema_id``; None if there is none."""
+        found = self._call(f"reading schema id {schema_id}", self.client.get_schema, int(schema_id), missing_ok=True)
+        return None if found is None else found.schema_str
+
+    def register(self, subject: str, schema_text: str) -> int:
+        """Register ``schema_text`` under ``subject`` (tests, tools); its id."""
+        return self._call(f"registering under subject {subject!r}", self.client.register_schema, subject,
+                          Schema(schema_text, "AVRO"))
+

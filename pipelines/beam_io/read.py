@@ -34,10 +34,11 @@ class _ResolvePartitions(beam.DoFn):
     """Impulse -> one ``PartitionSpec`` per partition of the topic."""
 
     def __init__(self, bootstrap, topic, bounded, group_id, start_offsets, consumer_config, stop_after,
-                 resolve_timeout):
+                 resolve_timeout, use_committed=True):
         self._args = (bootstrap, topic)
         self._kwargs = dict(bounded=bounded, group_id=group_id, start_offsets=dict(start_offsets or {}),
-                            consumer_config=consumer_config, stop_after=stop_after, timeout=resolve_timeout)
+                            consumer_config=consumer_config, stop_after=stop_after, timeout=resolve_timeout,
+                            use_committed=use_committed)
 
     def process(self, _impulse):
         for r in resolve_ranges(*self._args, **self._kwargs):
@@ -58,7 +59,8 @@ class ReadFromKafka(beam.PTransform):
       bounded: read up to the end offsets seen at start, then finish (default);
         else read forever (or up to ``stop_after``).
       group_id: consumer group used as the offset store: start from its
-        committed offsets, commit after each finalized bundle.
+        committed offsets (unless ``use_committed`` is False), commit after
+        each finalized bundle.
       start_offsets: ``{partition: offset}`` overriding the committed/earliest start.
       consumer_config: extra librdkafka settings (TLS, SASL, fetch sizes, ...).
       max_batch: most messages per emitted batch.
@@ -67,19 +69,21 @@ class ReadFromKafka(beam.PTransform):
       checkpoint_seconds: longest a partition is read before an SDF checkpoint
         (lets partitions take turns and offsets be committed as it goes).
       resolve_timeout: seconds allowed for metadata/offset look-ups at start.
+      use_committed: False: the group's committed offsets are only written
+        (progress for Kafka's tools), never where the read starts.
     """
 
     def __init__(self, bootstrap: str, topic: str, *, bounded: bool = True, group_id: Optional[str] = None,
                  start_offsets: Optional[dict[int, int]] = None, consumer_config: Optional[dict] = None,
                  max_batch: int = 1000, poll_timeout: float = 0.2, stop_after: Optional[int] = None,
-                 checkpoint_seconds: float = 1.0, resolve_timeout: float = 30.0):
+                 checkpoint_seconds: float = 1.0, resolve_timeout: float = 30.0, use_committed: bool = True):
         super().__init__()
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         if stop_after is not None and stop_after < 0:
             raise ValueError("stop_after must be >= 0")
         self.resolve = _ResolvePartitions(bootstrap, topic, bounded, group_id, start_offsets,
-                                          dict(consumer_config or {}), stop_after, resolve_timeout)
+                                          dict(consumer_config or {}), stop_after, resolve_timeout, use_committed)
         self.read = _read_fn(not bounded, bootstrap, group_id, dict(consumer_config or {}), max_batch,
                              poll_timeout, checkpoint_seconds)
 

@@ -1,5 +1,5 @@
 """``WriteToKafka``: a PCollection of values, (key, value) pairs or lists
-of either (batches) produced to one topic through the project's one
+of either (batches), or OutgoingMessages with headers, produced to one topic through the project's one
 producer (:class:`pipelines.kafka.producer.KafkaWriter`).
 
 One producer per DoFn instance; every delivery report is checked and the
@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from pipelines.kafka.producer import KafkaWriter
+from pipelines.kafka.producer import KafkaWriter, OutgoingMessage
 
 from .partition_fn import METRICS_NAMESPACE
 
@@ -46,6 +46,9 @@ class _KafkaWriteFn(beam.DoFn):
         self._writer = KafkaWriter(self._bootstrap, self._topic, {"linger.ms": 20, **self._producer_config})
 
     def _write_one(self, item):
+        if isinstance(item, OutgoingMessage):
+            self._writer.produce_message(item)
+            return
         if isinstance(item, tuple):
             if len(item) != 2:
                 raise TypeError(f"WriteToKafka: a tuple element must be (key, value), got {len(item)} items")
@@ -80,7 +83,9 @@ class _KafkaWriteFn(beam.DoFn):
 class WriteToKafka(beam.PTransform):
     """Produce a PCollection to a Kafka topic (see the module docstring).
 
-    Elements: ``bytes``/``str`` values, ``(key, value)`` pairs, or lists of those.
+    Elements: ``bytes``/``str`` values, ``(key, value)`` pairs,
+    :class:`~pipelines.kafka.producer.OutgoingMessage` (with headers and a
+    timestamp), or lists of those.
     ``key_fn(value) -> key`` keys bare values (pairs keep their own key).
     ``flush_each``: every element is acknowledged by Kafka before the next
     one is taken (not only at the end of the bundle). For low-volume topics

@@ -3,6 +3,8 @@ every command module can raise it without importing the CLI back."""
 
 EXIT_USAGE = 2
 """Exit status of every error the user can cause."""
+EXIT_DEAD_LETTERS = 3
+"""Exit status of a run stopped by ``--max-dead-letter-ratio``."""
 
 
 class UsageError(Exception):

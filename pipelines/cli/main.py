@@ -13,10 +13,10 @@ import argparse
 import logging
 import sys
 
-from . import bench, broker, demo, generate, learn, learners, model, produce, run, tail
+from . import bench, broker, demo, generate, learn, learners, model, produce, registry, run, tail
 from .errors import EXIT_USAGE, UsageError
 
-COMMANDS = (learn, generate, learners, broker, run, produce, tail, demo, model, bench)
+COMMANDS = (learn, generate, learners, broker, registry, run, produce, tail, demo, model, bench)
 
 
 class _OptionalDependencyNotice(logging.Filter):
@@ -48,13 +48,15 @@ def _user_errors() -> tuple:
     """Errors the user causes, reported in one line (exit 2)."""
     from learners.losses import LabelError
     from learners.state import StateFileError
-    from pipelines.kafka.admin import BrokerUnavailable
+    from pipelines.kafka.admin import BrokerUnavailable, TopicSetupError
     from pipelines.kafka.broker import BrokerError
     from pipelines.kafka.consumer import TopicMissing
     from pipelines.records.datafiles import DataError
     from pipelines.state.resume import ResumeRefused
+    from schemas.registry import SchemaRegistryError
 
-    return UsageError, DataError, StateFileError, LabelError, BrokerError, BrokerUnavailable, TopicMissing, ResumeRefused
+    return (UsageError, DataError, StateFileError, LabelError, BrokerError, BrokerUnavailable, TopicMissing,
+            ResumeRefused, SchemaRegistryError, TopicSetupError)
 
 
 def main(argv=None) -> int:

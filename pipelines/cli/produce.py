@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from .errors import UsageError
-from .options import add_kafka_options, kafka_settings
+from .options import add_kafka_options, add_topic_options, kafka_settings, registry_settings, topic_settings
 
 
 def run(args) -> int:
@@ -22,7 +22,8 @@ def run(args) -> int:
         events, total = file_events(reader, args.model), None
     count, rate = produce_events(args.bootstrap, args.topic, events, partitions=args.partitions, rate=args.rate,
                                  total=total, kafka_config=kafka_settings(args.kafka_config, args.kafka_config_file),
-                                 progress=not args.quiet, registry_url=args.schema_registry)
+                                 progress=not args.quiet, registry=registry_settings(args),
+                                 topic_spec=topic_settings(args))
     print(f"produced {count:,} events to {args.topic} ({rate:,.0f} events/s)", file=sys.stderr)
     return 0
 
@@ -37,7 +38,7 @@ def add_parser(sub) -> None:
     p.add_argument("--generate", choices=["toy"], help="generated data instead of a file (Kempka et al. 2019 §4.1)")
     p.add_argument("--n", type=int, default=5000, help="--generate: number of events")
     p.add_argument("--seed", type=int, default=0, help="--generate: random seed")
-    p.add_argument("--partitions", type=int, default=None, help="partitions when creating the topic (default 1)")
+    add_topic_options(p, "partitions when creating the topic (default 1)")
     p.add_argument("--model", default="default", help="the model name the events carry")
     p.add_argument("--rate", type=float, default=None, help="events per second (default: as fast as possible)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

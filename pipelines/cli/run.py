@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
-from .errors import UsageError
-from .options import add_kafka_options, add_learner_options, kafka_settings, parse_params
+from .errors import EXIT_DEAD_LETTERS, UsageError
+from .options import (add_kafka_options, add_learner_options, add_topic_options, kafka_settings, parse_params,
+                      registry_settings, topic_settings)
 
 
 def input_limits(args) -> dict:
@@ -32,7 +34,6 @@ def input_limits(args) -> dict:
 
 def run(args) -> int:
     from pipelines.config import LearnerConfig, RunConfig
-    from pipelines.launch import run as run_pipeline
 
     learner = LearnerConfig(args.learner or "scinol2", args.loss or "logistic", parse_params(args.param),
                             args.n_classes, not args.no_bias, args.hash_bits, args.loss_param)
@@ -40,16 +41,25 @@ def run(args) -> int:
         learner.make()  # fail fast, with a one-line error, on a bad learner/loss/parameter
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    registry, topics = registry_settings(args), topic_settings(args)
     cfg = RunConfig(
         bootstrap=args.bootstrap, topic=args.topic, predictions_topic=args.predictions_topic, learner=learner,
         bounded=args.bounded, checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
         checkpoint_seconds=args.checkpoint_seconds, checkpoint_topic=args.checkpoint_topic,
         dead_letter_topic=args.dead_letter_topic, group_id=args.group_id,
-        kafka_config=kafka_settings(args.kafka_config, args.kafka_config_file), registry_url=args.schema_registry,
+        kafka_config=kafka_settings(args.kafka_config, args.kafka_config_file),
+        registry_url=registry and registry.url, registry_config=registry.config if registry else {},
+        subject_name_strategy=args.subject_name_strategy, auto_register=args.auto_register,
+        topic_partitions=args.partitions or 1, replication_factor=topics["replication"],
+        topic_config=topics["config"], max_dead_letter_ratio=args.max_dead_letter_ratio,
         max_batch=args.max_batch, stop_after=args.stop_after, beam_args=list(args.beam_args),
         shards=args.shards, max_staleness=args.max_staleness, feedback_topic=args.feedback_topic,
         feedback_timeout=args.feedback_timeout, from_scratch=args.from_scratch, labels_topic=args.labels_topic,
         label_ttl=args.label_ttl, max_pending=args.max_pending, **input_limits(args))
+    try:
+        cfg.check()
+    except ValueError as exc:
+        raise UsageError(f"run: {exc}") from None
     if cfg.shards is not None:
         from pipelines.sharded.pipeline import check_shardable
 
@@ -60,7 +70,41 @@ def run(args) -> int:
     mode = f"{cfg.shards} shards, max staleness {cfg.max_staleness}" if cfg.shards else "exact"
     print(f"scinol run: {cfg.topic} -> {cfg.predictions_topic} ({learner.learner}, {learner.loss}, {mode}, "
           f"{'bounded' if cfg.bounded else 'unbounded'}) on {cfg.bootstrap}", file=sys.stderr)
-    run_pipeline(cfg)
+    return launch(cfg)
+
+
+def _not_a_dead_letter_stop(record: logging.LogRecord) -> bool:
+    """Beam logs a step's error with its traceback before re-raising it; a
+    stop asked for by --max-dead-letter-ratio is reported in one line instead."""
+    return "DeadLetterRatioExceeded" not in str(record.exc_info[1].__class__ if record.exc_info else "")
+
+
+def launch(cfg) -> int:
+    """Run the pipeline; a bounded run ends with one summary line (and a
+    warning when nothing but dead letters came out)."""
+    from pipelines.launch import run as run_pipeline
+    from pipelines.launch import summarize
+
+    beam_log = logging.getLogger("apache_beam.runners.common")
+    beam_log.addFilter(_not_a_dead_letter_stop)
+    try:
+        result = run_pipeline(cfg)
+    except Exception as exc:  # noqa: BLE001 - Beam re-raises a step's error wrapped in its own
+        if "DeadLetterRatioExceeded" not in f"{type(exc).__name__} {exc}":
+            raise
+        message = str(exc).split("DeadLetterRatioExceeded: ")[-1].splitlines()[0].split(" [while running")[0]
+        print(f"scinol: error: run: {message}", file=sys.stderr)
+        return EXIT_DEAD_LETTERS
+    finally:
+        beam_log.removeFilter(_not_a_dead_letter_stop)
+    summary = summarize(result) if cfg.bounded else None
+    if summary is not None:
+        print(f"scinol run: done: {summary.line()}", file=sys.stderr)
+        if summary.only_dead_letters:
+            hint = "" if cfg.registry_url else " (if the events were produced through a schema registry, pass " \
+                                               "--schema-registry URL)"
+            print(f"scinol run: warning: every message became a dead letter, no prediction was made; see topic "
+                  f"{cfg.dlq_topic}{hint}", file=sys.stderr)
     return 0
 
 
@@ -84,7 +128,9 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint-topic", default=None, help="compacted topic for checkpoint headers "
                                                             "(default: PREDICTIONS_TOPIC.checkpoints)")
     p.add_argument("--dead-letter-topic", default=None, help="default: TOPIC.dlq")
-    p.add_argument("--group-id", default=None, help="consumer group (offsets committed after each bundle)")
+    p.add_argument("--group-id", default=None,
+                   help="consumer group: offsets committed after each bundle, for Kafka's tools to show progress "
+                        "(needs --checkpoint-dir: the checkpoints decide where a restart resumes)")
     p.add_argument("--stop-after", type=int, default=None, metavar="N",
                    help="unbounded: stop after the first N offsets of each partition")
     p.add_argument("--max-batch", type=int, default=2000, help="messages per batch from the source")
@@ -98,6 +144,10 @@ def add_parser(sub) -> None:
                         "(index_out_of_range; default 4194304): bounds a model's memory")
     p.add_argument("--max-message-bytes", type=int, default=None, metavar="N",
                    help="dead-letter messages over N bytes undecoded (oversized; default 16 MiB)")
+    p.add_argument("--max-dead-letter-ratio", type=float, default=None, metavar="R",
+                   help=f"stop (exit status {EXIT_DEAD_LETTERS}) when more than this share of the messages became dead "
+                        "letters, judged over windows of 1000 messages from the 100th on (default: never stop)")
+    add_topic_options(p, "partitions of the predictions and dead-letter topics when created (default 1)")
     d = p.add_argument_group("delayed labels (events that come without a label learn when it arrives)")
     d.add_argument("--labels-topic", default=None, metavar="TOPIC",
                    help="Label records (event id, model, label), keyed by event id; unlabelled events wait for "

@@ -16,7 +16,7 @@ from learners import OnlineLearner
 from learners.losses import losses_of, prepare_labels
 from pipelines.records.dead_letters import dead_letter
 from pipelines.records.events import event_rows
-from pipelines.records.labels import PendingStore, Waiting
+from pipelines.records.labels import PendingStore, Source, Waiting
 from pipelines.records.predictions import ProgressiveMetrics, labelled_prediction, millis, prediction_record, readings
 from pipelines.state.checkpoints import CheckpointStore
 
@@ -52,8 +52,8 @@ class ModelRunner:
             return None
         return PendingStore.from_arrays(aux, self.labels.ttl_ms, self.labels.max_pending, self.labels.topic)
 
-    def _fresh(self, items: list[tuple]) -> list[tuple]:
-        """The (message, record) pairs the state does not cover yet."""
+    def fresh(self, items: list[tuple]) -> list[tuple]:
+        """The (position or message, record) pairs the state does not cover yet."""
         return [(m, r) for m, r in items if m.offset >= self.offsets.get((m.topic, m.partition), 0)]
 
     def _covered(self, items: list[tuple]) -> None:
@@ -61,11 +61,11 @@ class ModelRunner:
             self.offsets[(msg.topic, msg.partition)] = msg.offset + 1
 
     def process(self, items: list[tuple]) -> list[dict]:
-        """Predict then learn each (message, event) in order; returns one
-        Prediction record per event not already covered by the state. With
-        delayed labels, an unlabelled event waits for its label (or takes
-        the one that came first)."""
-        items = self._fresh(items)
+        """Predict then learn each (position, event) in order; returns one
+        Prediction record per event not already covered by the state (those
+        of :meth:`fresh`, in order). With delayed labels, an unlabelled event
+        waits for its label (or takes the one that came first)."""
+        items = self.fresh(items)
         if not items:
             return []
         events = [e for _, e in items]
@@ -79,10 +79,10 @@ class ModelRunner:
         labelled = ~np.isnan(y)
         versions = version + np.concatenate([[0], np.cumsum(labelled)[:-1]])
         prob, klass = readings(self.learner.loss, scores)
-        out = [prediction_record(event, self.model, versions[i], row, prob[i], klass[i], losses[i], now_ms)
-               for i, (event, row) in enumerate(zip(events, scores.tolist()))]
+        out = [prediction_record(event, self.model, versions[i], row, prob[i], klass[i], losses[i], now_ms, pos)
+               for i, ((pos, _), event, row) in enumerate(zip(items, events, scores.tolist()))]
         if self.pending is not None:
-            self._hold_unlabelled(events, out, scores, (indptr, indices, data))
+            self._hold_unlabelled(items, events, out, scores, (indptr, indices, data))
         self._covered(items)
         self.metrics.count(scores, y, losses)
         self.events += len(items)
@@ -95,22 +95,23 @@ class ModelRunner:
         early = self.pending.take_early_label(event["id"], int(millis(event["timestamp"])))
         return event if early is None else {**event, "label": early.label}
 
-    def _hold_unlabelled(self, events, records, scores, rows) -> None:
+    def _hold_unlabelled(self, items, events, records, scores, rows) -> None:
         indptr, indices, data = rows
         for i, event in enumerate(events):
             if event.get("label") is None:
                 lo, hi = indptr[i], indptr[i + 1]
                 self.pending.add_event(event["id"], Waiting(
                     int(millis(event["timestamp"])), records[i]["model_version"], records[i]["latency_ms"],
-                    scores[i].copy(), indices[lo:hi].copy(), data[lo:hi].copy(), event.get("weight") or 1.0))
+                    scores[i].copy(), indices[lo:hi].copy(), data[lo:hi].copy(), event.get("weight") or 1.0,
+                    Source(*items[i][0][:3], getattr(items[i][0], "key", None))))
         self.pending.expire()
 
-    def process_labels(self, items: list[tuple]) -> tuple[list[dict], list[dict]]:
+    def process_labels(self, items: list[tuple]) -> tuple[list[dict], list[bytes], list[dict]]:
         """Learn from the events whose labels are in ``items`` ((message, Label
         record) pairs), in order; returns (the labelled Prediction records,
-        with the predictions made when the events arrived; dead letters of
-        labels that cannot be used)."""
-        items = self._fresh(items)
+        with the predictions made when the events arrived; their Kafka keys;
+        dead letters of labels that cannot be used)."""
+        items = self.fresh(items)
         matched = []
         for msg, record in items:
             match = self.pending.add_label(record["event_id"], int(millis(record["timestamp"])), record["label"],
@@ -119,11 +120,13 @@ class ModelRunner:
                 matched.append(match)
         self.pending.expire()
         out = self._learn_matched(matched) if matched else []
+        keys = [m.event.source.key if m.event.source is not None and m.event.source.key is not None
+                else m.event_id.encode() for m in matched]
         self._covered(items)
         self.labels_learned += len(matched)
         self._since_checkpoint += len(items)
         dead = [dead_letter(msg, reason, detail) for msg, reason, detail in self.pending.drain_unmatched()]
-        return out, dead
+        return out, keys, dead
 
     def _learn_matched(self, matched) -> list[dict]:
         rows = [m.event for m in matched]

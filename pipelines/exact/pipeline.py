@@ -12,7 +12,7 @@ from pipelines.config import RunConfig
 from pipelines.kafka.consumer import resolve_ranges
 from pipelines.state.progress import write_run_start
 from pipelines.state.resume import ResumePoint, earliest
-from pipelines.steps import DecodeEvents, EncodeRecords
+from pipelines.steps import DecodeEvents, EncodeDeadLetters, EncodeRecords
 
 from .transforms import LearnModels
 
@@ -30,9 +30,10 @@ def _read(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint):
         log.warning("resuming %s from checkpoint offsets %s", cfg.topic, point.starts)
     ranges = []
     for topic in filter(None, (cfg.topic, cfg.labels_topic)):
+        # The checkpoints decide where to start, never the group's committed offsets (RunConfig.check).
         ranges += resolve_ranges(cfg.bootstrap, topic, bounded=cfg.bounded, group_id=cfg.group_id,
                                  start_offsets=earliest(point.saved, topic) or None,
-                                 consumer_config=cfg.kafka_config, stop_after=cfg.stop_after)
+                                 consumer_config=cfg.kafka_config, stop_after=cfg.stop_after, use_committed=False)
     if cfg.checkpoint_dir:
         write_run_start(cfg.checkpoint_dir, {(r.topic, r.partition): r.start for r in ranges})
     return p | "Read" >> ReadFromKafkaRanges(
@@ -46,10 +47,10 @@ def build_exact(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint) -> None:
         Keyed).with_outputs(LearnModels.CHECKPOINTS, main="predictions")
     producer = dict(cfg.kafka_config)
     (decoded[DecodeEvents.DEAD]
-     | "EncodeDeadLetters" >> beam.ParDo(EncodeRecords("scinol.DeadLetter", registry_url=cfg.registry_url))
+     | "EncodeDeadLetters" >> beam.ParDo(EncodeDeadLetters(cfg.dlq_topic, cfg.registry()))
      # acknowledged one by one: a checkpoint later in the same bundle covers their offsets
      | "WriteDeadLetters" >> WriteToKafka(cfg.bootstrap, cfg.dlq_topic, producer_config=producer, flush_each=True))
     (learned[LearnModels.CHECKPOINTS]
-     | "EncodeCheckpoints" >> beam.ParDo(EncodeRecords("scinol.ModelCheckpoint", key="model",
-                                                       registry_url=cfg.registry_url))
+     | "EncodeCheckpoints" >> beam.ParDo(EncodeRecords("scinol.ModelCheckpoint", cfg.ckpt_topic, cfg.registry(),
+                                                       key="model"))
      | "WriteCheckpoints" >> WriteToKafka(cfg.bootstrap, cfg.ckpt_topic, producer_config=producer))

@@ -30,11 +30,11 @@ from apache_beam.transforms.window import GlobalWindow
 
 from pipelines.config import RunConfig
 from pipelines.kafka.producer import KafkaWriter
+from pipelines.records.dead_letters import dead_letter_message
+from pipelines.records.predictions import prediction_key
 from pipelines.state.checkpoints import CheckpointStore, checkpoint_record
 from pipelines.state.progress import write_worker
 from pipelines.steps import NAMESPACE, LabelBatch
-
-from schemas.codec import Codec
 
 from .model_runner import LabelSettings, ModelRunner
 
@@ -73,7 +73,7 @@ class LearnModels(beam.DoFn):
         self.runners: dict[str, ModelRunner] = {}
         cfg = self.cfg
         self.store = CheckpointStore(cfg.checkpoint_dir, source=cfg.source) if cfg.checkpoint_dir else None
-        self.codec = Codec(cfg.registry_url)
+        self.codec = cfg.codec()
         self.writer = KafkaWriter(cfg.bootstrap, cfg.predictions_topic, cfg.kafka_config)
         self.dlq: KafkaWriter | None = None
         self.predictions = Metrics.counter(NAMESPACE, "predictions")
@@ -103,17 +103,19 @@ class LearnModels(beam.DoFn):
         model, items = element
         runner = self._runner(model)
         if isinstance(items, LabelBatch):
-            predictions, dead = runner.process_labels(items)
+            predictions, keys, dead = runner.process_labels(items)
             self._dead_letters(dead)
         else:
-            predictions = runner.process(items)
+            fresh = runner.fresh(items)
+            predictions = runner.process(fresh)
+            keys = [prediction_key(event, position) for position, event in fresh]
         self._saw(items)
         events.write(runner.events)
         if self.cfg.bounded or self.cfg.stop_after is not None:
             end.set(GlobalWindow().max_timestamp())
-        encode = self.codec.encode
-        for p in predictions:
-            self.writer.produce(encode("scinol.Prediction", p))
+        encode, topic = self.codec.encode, self.cfg.predictions_topic
+        for p, key in zip(predictions, keys):
+            self.writer.produce(encode("scinol.Prediction", p, topic), key)
         self.predictions.inc(len(predictions))
         self._gauges(model, runner)
         if runner.checkpoint_due():
@@ -129,7 +131,8 @@ class LearnModels(beam.DoFn):
         if self.dlq is None:
             self.dlq = KafkaWriter(self.cfg.bootstrap, self.cfg.dlq_topic, self.cfg.kafka_config)
         for record in records:
-            self.dlq.produce(self.codec.encode("scinol.DeadLetter", record))
+            self.dlq.produce_message(dead_letter_message(
+                record, self.codec.encode("scinol.DeadLetter", record, self.cfg.dlq_topic)))
         Metrics.counter(NAMESPACE, "dead_letters").inc(len(records))
 
     def _saw(self, items) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from confluent_kafka import Consumer, TopicCollection
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from .consumer import TopicMissing, consumer_settings, end_offsets_by_fetch, topic_partitions
 from .health import quiet
@@ -27,11 +27,18 @@ class TopicInfo(NamedTuple):
 
 
 class TopicSpec(NamedTuple):
-    """A topic the project creates when it is missing."""
+    """A topic the project creates when it is missing. ``replication``
+    None: the broker's ``default.replication.factor``; ``config``: topic
+    settings (``cleanup.policy``, ``retention.ms``, ``min.insync.replicas``...)."""
     name: str
     partitions: int = 1
-    replication: int = 1
+    replication: Optional[int] = None
     config: dict = {}
+
+
+class TopicSetupError(RuntimeError):
+    """A topic could not be created as asked (e.g. a replication factor the
+    cluster refuses); the message names the topic and the broker's reason."""
 
 
 class KafkaAdmin:
@@ -78,18 +85,54 @@ class KafkaAdmin:
     def ensure_topics(self, specs: list[TopicSpec], timeout: float = 15.0) -> dict[str, int]:
         """Create the missing topics; returns each topic's partition count
         (an existing topic keeps its own). A topic created meanwhile by
-        someone else is fine."""
+        someone else is fine. An existing topic that differs from its spec
+        (partitions, replication, settings) is left as it is, with a warning
+        naming each difference (:meth:`differences`); a topic the cluster
+        refuses to create raises :class:`TopicSetupError`."""
         existing = self.topics()
-        missing = [NewTopic(s.name, s.partitions, s.replication, config=dict(s.config))
-                   for s in specs if s.name not in existing]
+        missing = [s for s in specs if s.name not in existing]
         if missing:
-            for name, future in self.client.create_topics(missing).items():
+            new = [NewTopic(s.name, s.partitions, -1 if s.replication is None else s.replication,
+                            config={k: str(v) for k, v in s.config.items()}) for s in missing]
+            for spec, (name, future) in zip(missing, self.client.create_topics(new).items()):
                 try:
                     future.result(timeout)
                 except Exception as exc:
                     if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                        raise
+                        rf = "the broker's default" if spec.replication is None else spec.replication
+                        raise TopicSetupError(f"cannot create topic {name!r} ({spec.partitions} partitions, replication "
+                                              f"factor {rf}) on {self.bootstrap}: {_kafka_reason(exc)}") from None
+        for s in specs:
+            if s.name in existing:
+                for difference in self.differences(s, timeout):
+                    log.warning("topic %r exists and differs from what this run would create: %s; left as it is",
+                                s.name, difference)
         return {s.name: existing.get(s.name, s.partitions) for s in specs}
+
+    def differences(self, spec: TopicSpec, timeout: float = 10.0) -> list[str]:
+        """How the existing topic ``spec.name`` differs from ``spec``: its
+        partition count, replication factor (when one is asked for) and each
+        setting of ``spec.config``."""
+        md = self.client.list_topics(spec.name, timeout=timeout).topics.get(spec.name)
+        if md is None or md.error is not None:
+            return []
+        out = []
+        if len(md.partitions) != spec.partitions:
+            out.append(f"{len(md.partitions)} partitions, not {spec.partitions}")
+        replicas = {len(p.replicas) for p in md.partitions.values()}
+        if spec.replication is not None and replicas and replicas != {spec.replication}:
+            out.append(f"replication factor {'/'.join(map(str, sorted(replicas)))}, not {spec.replication}")
+        if spec.config:
+            resource = ConfigResource(ResourceType.TOPIC, spec.name)
+            try:
+                actual = self.client.describe_configs([resource])[resource].result(timeout)
+            except Exception as exc:  # noqa: BLE001 - a broker without DescribeConfigs: say so, go on
+                return out + [f"its settings could not be read ({_kafka_reason(exc)})"]
+            for key, wanted in spec.config.items():
+                have = actual[key].value if key in actual else None
+                if have != str(wanted):
+                    out.append(f"{key}={have}, not {wanted}")
+        return out
 
     def wait_until_ready(self, timeout: float = 30.0, say=None) -> None:
         """Block until the broker answers a metadata request, retrying with
@@ -103,7 +146,7 @@ class KafkaAdmin:
                 return
             except Exception as exc:  # KafkaException while nothing answers at the address
                 self.client.poll(0)  # serve the error callback: it names the cause ("Connection refused")
-                last = self.last_error or _reason(exc)
+                last = self.last_error or _kafka_reason(exc)
             if time.monotonic() + delay > deadline:
                 raise BrokerUnavailable(f"no Kafka broker answers at {self.bootstrap} (tried for {timeout:.0f} s; "
                                         f"last error: {last})")
@@ -114,7 +157,9 @@ class KafkaAdmin:
             delay = min(delay * 2, 2.0)
 
 
-def _reason(exc) -> str:
-    """A KafkaException's message without the KafkaError{...} wrapping."""
-    err = exc.args[0] if exc is not None and exc.args else None
-    return err.str() if hasattr(err, "str") else str(exc)
+def _kafka_reason(exc: Exception) -> str:
+    """The broker's error name and message from a KafkaException, else its text."""
+    err = exc.args[0] if exc.args else None
+    if hasattr(err, "name") and hasattr(err, "str"):
+        return f"{err.name()}: {err.str()}"
+    return str(exc)

@@ -54,6 +54,7 @@ class KafkaMessage(NamedTuple):
     timestamp_ms: int  # -1 when the broker gave no timestamp
     key: Optional[bytes]
     value: bytes
+    headers: Optional[list] = None  # [(str, bytes | None), ...] in order; None when it had none
 
 
 class StopRule:
@@ -200,11 +201,12 @@ def _start_offsets(consumer, topic, partitions, given, group_id, timeout) -> dic
 def resolve_ranges(bootstrap: str, topic: str, *, bounded: bool, group_id: Optional[str] = None,
                    start_offsets: Optional[dict[int, int]] = None, consumer_config: Optional[dict] = None,
                    stop_after: Optional[int] = None, timeout: float = 30.0,
-                   start_at_end: bool = False) -> list[PartitionRange]:
+                   start_at_end: bool = False, use_committed: bool = True) -> list[PartitionRange]:
     """Each partition of ``topic`` and the offsets to read:
 
     * ``start``: ``start_offsets[partition]`` if given, else the group's
-      committed offset, else the log start; ``start_at_end``: partitions
+      committed offset (unless ``use_committed`` is False), else the log
+      start; ``start_at_end``: partitions
       without a given start begin at their current end (read what comes next);
     * ``stop``: bounded, the end offset seen now (by a fetch); unbounded,
       :data:`UNBOUNDED_STOP`; ``stop_after=N`` caps either at ``start + N``,
@@ -220,7 +222,7 @@ def resolve_ranges(bootstrap: str, topic: str, *, bounded: bool, group_id: Optio
     given = dict(start_offsets or {})
     try:
         partitions = topic_partitions(consumer, topic, bootstrap, timeout)
-        starts = _start_offsets(consumer, topic, partitions, given, group_id, timeout)
+        starts = _start_offsets(consumer, topic, partitions, given, group_id if use_committed else None, timeout)
         if start_at_end:
             ends = end_offsets_by_fetch(consumer, topic, starts, timeout, bootstrap)
             starts = {p: starts[p] if p in given else ends[p] for p in partitions}
@@ -297,7 +299,8 @@ class PartitionReader:
                     ts = -1
                 elif ts > newest_ts:
                     newest_ts = ts
-                batch.append(new_tuple(KafkaMessage, (topic, partition, m.offset(), ts, m.key(), m.value())))
+                batch.append(new_tuple(KafkaMessage, (topic, partition, m.offset(), ts, m.key(), m.value(),
+                                                      m.headers())))
             elif err.code() == KafkaError._PARTITION_EOF:
                 reached, eof_at = True, m.offset()
             elif fatal_consume_error(err):
@@ -333,7 +336,12 @@ def read_topic(bootstrap: str, topic: str, *, start="beginning", partitions: Opt
     try:
         if partitions is None:
             partitions = topic_partitions(consumer, topic, bootstrap, timeout=10.0)
-        consumer.assign([TopicPartition(topic, p, _start_offset(start)) for p in partitions])
+        if start == "end":  # learnt from a fetch: tansu answers ListOffsets LATEST wrongly (module docstring)
+            ends = end_offsets_by_fetch(consumer, topic, _start_offsets(consumer, topic, partitions, {}, None, 10.0),
+                                        10.0, bootstrap)
+            consumer.assign([TopicPartition(topic, p, ends[p]) for p in partitions])
+        else:
+            consumer.assign([TopicPartition(topic, p, _start_offset(start)) for p in partitions])
         yield from _consume(consumer, topic, limit, idle_timeout, timeout)
     finally:
         consumer.close()
@@ -365,6 +373,6 @@ def _consume(consumer, topic, limit, idle_timeout, timeout) -> Iterator[KafkaMes
                 ts_type, ts = m.timestamp()
                 count += 1
                 yield KafkaMessage(topic, m.partition(), m.offset(), -1 if ts_type == TIMESTAMP_NOT_AVAILABLE else ts,
-                                   m.key(), m.value())
+                                   m.key(), m.value(), m.headers())
             elif err.code() != KafkaError._PARTITION_EOF and fatal_consume_error(err):
                 raise RuntimeError(f"Kafka consumer error on {topic}[{m.partition()}]: {err}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterable, Optional
+from typing import Iterable, NamedTuple, Optional
 
 from confluent_kafka import KafkaException, Producer
 
@@ -33,6 +33,16 @@ log = logging.getLogger(__name__)
 
 class KafkaDeliveryError(RuntimeError):
     """Messages the broker did not acknowledge."""
+
+
+class OutgoingMessage(NamedTuple):
+    """A message with more than a value and a key: headers (``[(str,
+    bytes | None), ...]``) and a timestamp (ms; None: the producer's clock)."""
+
+    value: bytes
+    key: Optional[bytes] = None
+    headers: Optional[list] = None
+    timestamp_ms: Optional[int] = None
 
 
 class KafkaWriter:
@@ -63,9 +73,14 @@ class KafkaWriter:
             where = partition if partition is not None and partition >= 0 else "(unassigned)"
             self.failed.append(f"Kafka delivery to topic {msg.topic() or self.topic!r} partition {where} failed: {err}")
 
-    def produce(self, value: bytes, key: bytes | None = None, partition: int | None = None) -> None:
+    def produce(self, value: bytes, key: bytes | None = None, partition: int | None = None, *,
+                headers: list | None = None, timestamp_ms: int | None = None) -> None:
         """Queue one message (waits while the local queue is full)."""
         kwargs = {} if partition is None else {"partition": partition}
+        if headers:
+            kwargs["headers"] = headers
+        if timestamp_ms is not None and timestamp_ms >= 0:
+            kwargs["timestamp"] = timestamp_ms
         while True:
             try:
                 self.producer.produce(self.topic, value=value, key=key, on_delivery=self._report, **kwargs)
@@ -85,6 +100,9 @@ class KafkaWriter:
             except (BufferError, KafkaException):
                 self.produce(value)  # not queued: the general path waits or raises
         self.producer.poll(0)
+
+    def produce_message(self, msg: OutgoingMessage) -> None:
+        self.produce(msg.value, msg.key, headers=msg.headers, timestamp_ms=msg.timestamp_ms)
 
     def poll(self) -> None:
         """Serve delivery reports now; raise if any failed."""

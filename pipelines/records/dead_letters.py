@@ -15,12 +15,18 @@ the pipeline or make it allocate without bound.
   broker's message size limit (1 MB by default) would fail to be produced
   and stop the pipeline on the very message it was meant to set aside.
 
+A dead letter is published as Kafka Connect publishes its dead-letter
+queue: with the original message's key, headers and timestamp, the error
+context added as headers (:data:`ERROR_HEADERS`); the DeadLetter record
+(the value) carries the same key and headers too.
+
 Errors of the infrastructure rather than of the message (a schema registry
 that does not answer) are not dead letters; they propagate.
 """
 
 from __future__ import annotations
 
+from pipelines.kafka.producer import OutgoingMessage
 from schemas.codec import DecodeError
 from schemas.reasons import OVERSIZED
 
@@ -71,5 +77,21 @@ def dead_letter(msg, reason: str, detail: str) -> dict:
     if len(original) > MAX_ORIGINAL_BYTES:
         detail = f"{detail} (original cut to its first {MAX_ORIGINAL_BYTES} of {len(original)} bytes)"
         original = bytes(original[:MAX_ORIGINAL_BYTES])
+    headers = getattr(msg, "headers", None)
     return {"topic": msg.topic, "partition": msg.partition, "offset": msg.offset,
-            "timestamp": msg.timestamp_ms, "reason": reason, "detail": detail, "original": bytes(original)}
+            "timestamp": msg.timestamp_ms, "reason": reason, "detail": detail, "original": bytes(original),
+            "key": None if msg.key is None else bytes(msg.key),
+            "headers": [{"key": k, "value": v} for k, v in headers] if headers else None}
+
+
+ERROR_HEADERS = ("scinol.error.reason", "scinol.error.topic", "scinol.error.partition", "scinol.error.offset")
+"""Headers a dead letter gets besides the original ones (UTF-8 text), as
+Kafka Connect adds ``__connect.errors.*``."""
+
+
+def dead_letter_message(record: dict, value: bytes) -> OutgoingMessage:
+    """The Kafka message of a DeadLetter ``record`` whose encoding is ``value``."""
+    headers = [(h["key"], h["value"]) for h in record.get("headers") or ()]
+    context = (record["reason"], record["topic"], record["partition"], record["offset"])
+    headers += [(name, str(v).encode()) for name, v in zip(ERROR_HEADERS, context)]
+    return OutgoingMessage(value, record.get("key"), headers, record["timestamp"])

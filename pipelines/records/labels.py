@@ -43,6 +43,14 @@ from .validation import check_label_and_weight
 LABELLED, EXPIRED, TOO_LATE = 1, 2, 3  # what happened to an event that left the store
 
 
+class Source(NamedTuple):
+    """Where an event was read, and its message's key."""
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None = None
+
+
 class Waiting(NamedTuple):
     """An unlabelled event, as predicted."""
     ts_ms: int
@@ -52,6 +60,7 @@ class Waiting(NamedTuple):
     indices: np.ndarray  # its features as a CSR row
     values: np.ndarray
     weight: float
+    source: Source | None = None
 
 
 class EarlyLabel(NamedTuple):
@@ -199,6 +208,7 @@ class PendingStore:
         out["pending_event_indptr"] = np.concatenate([[0], np.cumsum([w.indices.shape[0] for _, w in ev])]).astype(np.int64)
         out["pending_event_indices"] = np.concatenate([w.indices for _, w in ev] or [[]]).astype(np.int64)
         out["pending_event_values"] = np.concatenate([w.values for _, w in ev] or [[]]).astype(np.float64)
+        out.update(_sources([w.source for _, w in ev]))
         out.update(_ids("pending_label", [k for k, _ in lab]))
         out["pending_label"] = np.array([[e.ts_ms, e.label, e.weight] for _, e in lab], dtype=np.float64).reshape(-1, 3)
         out["pending_label_position"] = np.array([[e.message.partition, e.message.offset, e.message.timestamp_ms]
@@ -216,13 +226,14 @@ class PendingStore:
         clocks = arrays["pending_clock"]
         store.event_clock, store.label_clock, store.expired_events = float(clocks[0]), float(clocks[1]), int(clocks[2])
         indptr, scores = arrays["pending_event_indptr"], arrays["pending_event_scores"]
+        sources = _sources_back(arrays)
         for i, event_id in enumerate(_names(arrays, "pending_event")):
             lo, hi = indptr[i], indptr[i + 1]
             store.events[event_id] = Waiting(int(arrays["pending_event_ts"][i]), int(arrays["pending_event_version"][i]),
                                              float(arrays["pending_event_latency"][i]), scores[i].copy(),
                                              arrays["pending_event_indices"][lo:hi].copy(),
                                              arrays["pending_event_values"][lo:hi].copy(),
-                                             float(arrays["pending_event_weight"][i]))
+                                             float(arrays["pending_event_weight"][i]), sources[i])
         messages = _names(arrays, "pending_label_message", decode=False)
         rows = zip(_names(arrays, "pending_label"), arrays["pending_label"], arrays["pending_label_position"], messages)
         for event_id, (ts, label, weight), (partition, offset, kafka_ts), value in rows:
@@ -231,6 +242,25 @@ class PendingStore:
         for event_id, fate in zip(_names(arrays, "pending_gone"), arrays["pending_gone_fate"]):
             store.gone[event_id] = int(fate)
         return store
+
+
+def _sources(sources: list) -> dict[str, np.ndarray]:
+    """Where each waiting event was read: its topic (one per run, kept once),
+    partition, offset and key (absent keys flagged)."""
+    topics = sorted({s.topic for s in sources if s is not None})
+    rows = [(-1, -1, -1, 0) if s is None else (topics.index(s.topic), s.partition, s.offset, s.key is not None)
+            for s in sources]
+    return {**_ids("pending_source_topic", topics), **_ids("pending_source_key", [
+                (s.key or b"") if s is not None else b"" for s in sources]),
+            "pending_source": np.array(rows, dtype=np.int64).reshape(len(rows), 4)}
+
+
+def _sources_back(arrays: dict) -> list:
+    if "pending_source" not in arrays:
+        return [None] * len(arrays["pending_event_ts"])
+    topics, keys = _names(arrays, "pending_source_topic"), _names(arrays, "pending_source_key", decode=False)
+    return [None if t < 0 else Source(topics[t], int(p), int(o), keys[i] if has_key else None)
+            for i, (t, p, o, has_key) in enumerate(arrays["pending_source"])]
 
 
 def _ids(prefix: str, ids: list) -> dict[str, np.ndarray]:

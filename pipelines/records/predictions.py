@@ -34,14 +34,26 @@ def millis(ts) -> float:
 
 
 def prediction_record(event: dict, model: str, version: int, row: list, probability, klass, loss: float,
-                      now_ms: float) -> dict:
-    """A ``scinol.Prediction`` for ``event``; ``loss`` NaN when unlabelled."""
+                      now_ms: float, source=None) -> dict:
+    """A ``scinol.Prediction`` for ``event``; ``loss`` NaN when unlabelled;
+    ``source``: where the event was read (anything with ``topic``,
+    ``partition`` and ``offset``), None when unknown."""
     return {
         "event_id": event["id"], "model": model, "model_version": int(version),
         "score": row[0], "scores": row, "probability": probability, "predicted_class": klass,
         "label": event.get("label"), "loss": None if math.isnan(loss) else float(loss),
         "event_timestamp": millis(event["timestamp"]), "latency_ms": now_ms - millis(event["timestamp"]),
+        "source_topic": None if source is None else source.topic,
+        "source_partition": None if source is None else source.partition,
+        "source_offset": None if source is None else source.offset,
     }
+
+
+def prediction_key(event: dict, source=None) -> bytes:
+    """A prediction's Kafka key: the event message's key, or the event id
+    when it had none, so predictions join their events by key."""
+    key = getattr(source, "key", None)
+    return key if key is not None else event["id"].encode()
 
 
 def labelled_prediction(event_id: str, model: str, waiting, label: float, loss: float, probability,
@@ -55,6 +67,9 @@ def labelled_prediction(event_id: str, model: str, waiting, label: float, loss: 
         "score": row[0], "scores": row, "probability": probability, "predicted_class": klass,
         "label": float(label), "loss": None if math.isnan(loss) else float(loss),
         "event_timestamp": int(waiting.ts_ms), "latency_ms": float(waiting.latency_ms),
+        "source_topic": None if waiting.source is None else waiting.source.topic,
+        "source_partition": None if waiting.source is None else waiting.source.partition,
+        "source_offset": None if waiting.source is None else waiting.source.offset,
     }
 
 

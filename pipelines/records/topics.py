@@ -16,15 +16,19 @@ from schemas.codec import Codec
 
 def produce_events(bootstrap: str, topic: str, events: Iterable[dict], *, partitions: int | None = None,
                    rate: float | None = None, total: int | None = None, kafka_config: dict | None = None,
-                   progress: bool = True, registry_url: str | None = None) -> tuple[int, float]:
+                   progress: bool = True, registry=None, topic_spec: dict | None = None) -> tuple[int, float]:
     """Encode and produce ``events`` (created with ``partitions``, default 1,
     when missing); they go round-robin over the topic's partitions (in order
-    within each). Returns (count, events/s). Delivery failures raise."""
+    within each). ``registry``: a :class:`schemas.registry.Registry`, its
+    URL or None; ``topic_spec``: replication and config for a topic created
+    (:class:`pipelines.kafka.admin.TopicSpec` fields). Returns (count,
+    events/s). Delivery failures raise."""
     from tqdm import tqdm
 
-    n_partitions = KafkaAdmin(bootstrap, kafka_config).ensure_topics([TopicSpec(topic, partitions or 1)])[topic]
-    codec = Codec(registry_url)
-    values = (codec.encode("scinol.Event", e) for e in events)
+    spec = TopicSpec(topic, partitions or 1, **(topic_spec or {}))
+    n_partitions = KafkaAdmin(bootstrap, kafka_config).ensure_topics([spec])[topic]
+    codec = Codec(registry)
+    values = (codec.encode("scinol.Event", e, topic) for e in events)
     writer = KafkaWriter(bootstrap, topic, {"linger.ms": 20, **(kafka_config or {})})
     bar = tqdm(total=total, unit=" events", disable=not progress, file=sys.stderr, mininterval=0.5,
                dynamic_ncols=True, leave=False)

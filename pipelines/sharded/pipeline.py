@@ -15,7 +15,7 @@ from pipelines.beam_io import ReadFromKafkaRanges, WriteToKafka
 from pipelines.config import RunConfig
 from pipelines.kafka.consumer import UNBOUNDED_STOP, resolve_ranges
 from pipelines.state.resume import ResumePoint
-from pipelines.steps import EncodeRecords
+from pipelines.steps import EncodeDeadLetters, EncodeRecords
 
 from .protocol import FeedbackWatch
 from .transforms import (CombineStep, DecodeShardedInput, FeedbackFaults, RouteEvents, ShardedRun, ShardStep,
@@ -54,7 +54,7 @@ def feedback_range(cfg, events_ranges, run_id: str):
     if all(r.stop < UNBOUNDED_STOP for r in events_ranges):
         targets = {r.partition: (r.start, r.stop) for r in events_ranges}
     rule = FeedbackWatch(run_id, heartbeat_seconds=max(cfg.feedback_timeout / 2, 0.5), targets=targets,
-                         idle_timeout=2 * cfg.feedback_timeout + 10, registry_url=cfg.registry_url)
+                         idle_timeout=2 * cfg.feedback_timeout + 10, registry=cfg.registry())
     return ranges[0]._replace(stop_rule=rule)
 
 
@@ -62,9 +62,10 @@ def build_sharded(p: beam.Pipeline, cfg: RunConfig, resume: ResumePoint) -> Shar
     check_shardable(cfg)
     if resume.models:
         log.warning("resuming %s from checkpoint cuts %s at offsets %s", cfg.topic, resume.models, resume.starts)
+    # The checkpoint cuts decide where to start, never the group's committed offsets (RunConfig.check).
     events = resolve_ranges(cfg.bootstrap, cfg.topic, bounded=cfg.bounded, group_id=cfg.group_id,
                             start_offsets=resume.starts or None, consumer_config=cfg.kafka_config,
-                            stop_after=cfg.stop_after)
+                            stop_after=cfg.stop_after, use_committed=False)
     run = ShardedRun(uuid.uuid4().hex, resume.models, cfg.feedback_faults or FeedbackFaults())
     feedback = feedback_range(cfg, events, run.run_id)
 
@@ -84,12 +85,12 @@ def build_sharded(p: beam.Pipeline, cfg: RunConfig, resume: ResumePoint) -> Shar
     producer = dict(cfg.kafka_config)
     dead = decoded[DecodeShardedInput.DEAD]
     (dead
-     | "EncodeDeadLetters" >> beam.ParDo(EncodeRecords("scinol.DeadLetter", registry_url=cfg.registry_url))
+     | "EncodeDeadLetters" >> beam.ParDo(EncodeDeadLetters(cfg.dlq_topic, cfg.registry()))
      # acknowledged one by one: a checkpoint cut made later in the bundle covers their offsets
      | "WriteDeadLetters" >> WriteToKafka(cfg.bootstrap, cfg.dlq_topic, producer_config=producer, flush_each=True))
     (dead
      | "AccountForDeadLetters" >> beam.Map(lambda d, run_id: skip_record(run_id, d["partition"], d["offset"]),
                                            run.run_id)
-     | "EncodeSkips" >> beam.ParDo(EncodeRecords("scinol.Feedback", registry_url=cfg.registry_url))
+     | "EncodeSkips" >> beam.ParDo(EncodeRecords("scinol.Feedback", cfg.feedback, cfg.registry()))
      | "WriteSkips" >> WriteToKafka(cfg.bootstrap, cfg.feedback, producer_config=producer))
     return run

@@ -43,7 +43,7 @@ from learners.state import LearnerState
 
 from pipelines.records.events import event_rows
 from pipelines.kafka.consumer import KafkaMessage, StopRule
-from pipelines.records.predictions import ProgressiveMetrics, prediction_record, readings
+from pipelines.records.predictions import ProgressiveMetrics, prediction_key, prediction_record, readings
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +250,7 @@ class ShardRunner:
 class Combined(NamedTuple):
     prediction: dict
     feedback: dict
+    key: bytes  # the prediction's Kafka key (pipelines.records.predictions.prediction_key)
 
 
 class Combiner:
@@ -295,7 +296,7 @@ class Combiner:
         feedback = {"event_id": event["id"], "model": self.model, "run_id": self.run_id, "seq": seq,
                     "partition": pos.partition, "offset": pos.offset,
                     "g": [] if fb is None else fb.tolist(), "scalars": dict(self.scalars), "checkpoint": False}
-        return event, version, yhat, y, value, feedback
+        return event, version, yhat, y, value, feedback, pos
 
     def _records(self, done) -> list[Combined]:
         scores = np.array([d[2] for d in done]).reshape(len(done), -1)
@@ -304,9 +305,9 @@ class Combiner:
         self.metrics.count(scores, y, losses)
         prob, klass = readings(self.loss, scores)
         now_ms = time.time() * 1000.0
-        return [Combined(prediction_record(event, self.model, version, row, prob[i], klass[i], value, now_ms),
-                         feedback)
-                for i, ((event, version, _, _, value, feedback), row) in enumerate(zip(done, scores.tolist()))]
+        return [Combined(prediction_record(event, self.model, version, row, prob[i], klass[i], value, now_ms, pos),
+                         feedback, prediction_key(event, pos))
+                for i, ((event, version, _, _, value, feedback, pos), row) in enumerate(zip(done, scores.tolist()))]
 
 
 class FeedbackWatch(StopRule):
@@ -329,8 +330,8 @@ class FeedbackWatch(StopRule):
     """
 
     def __init__(self, run_id: str, heartbeat_seconds: float, targets: dict[int, tuple[int, int]] | None = None,
-                 idle_timeout: float = 60.0, registry_url: str | None = None):
-        self.run_id, self.heartbeat_seconds, self.registry_url = run_id, heartbeat_seconds, registry_url
+                 idle_timeout: float = 60.0, registry=None):
+        self.run_id, self.heartbeat_seconds, self.registry = run_id, heartbeat_seconds, registry
         self.targets = None if targets is None else {p: (a, b) for p, (a, b) in targets.items() if b > a}
         self.idle_timeout = idle_timeout
         self._seen: dict[int, np.ndarray] | None = None
@@ -342,7 +343,7 @@ class FeedbackWatch(StopRule):
     def _start(self):
         from schemas.codec import Codec
 
-        self._codec = Codec(self.registry_url)
+        self._codec = Codec(self.registry)
         targets = self.targets or {}
         self._seen = {p: np.zeros(b - a, dtype=bool) for p, (a, b) in targets.items()}
         self._left = sum(b - a for a, b in targets.values())
@@ -395,7 +396,7 @@ class FeedbackWatch(StopRule):
             record = {"event_id": "", "model": model, "run_id": self.run_id, "seq": seq, "partition": -1,
                       "offset": -1, "g": [], "scalars": {}, "checkpoint": checkpoint}
             out.append(KafkaMessage(topic, partition, -1, -1, model.encode(),
-                                    self._codec.encode("scinol.Feedback", record)))
+                                    self._codec.encode("scinol.Feedback", record, topic)))
         return out
 
     def heartbeat(self, topic: str, partition: int) -> list:

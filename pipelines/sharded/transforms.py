@@ -35,7 +35,7 @@ from pipelines.config import RunConfig
 from pipelines.kafka.producer import KafkaWriter
 from pipelines.state.cuts import CutStore
 from pipelines.steps import NAMESPACE, DecodeEvents
-from schemas.codec import Codec, DecodeError
+from schemas.codec import DecodeError
 
 from .protocol import Combiner, Router, ShardRunner
 
@@ -154,10 +154,11 @@ class RouteEvents(_Sharded, beam.DoFn):
     def _skip(self, positions) -> None:
         if self.skips is None:
             self.skips = (KafkaWriter(self.cfg.bootstrap, self.cfg.feedback, self.cfg.kafka_config),
-                          Codec(self.cfg.registry_url))
+                          self.cfg.codec())
         writer, codec = self.skips
         for pos in positions:
-            writer.produce(codec.encode("scinol.Feedback", skip_record(self.run.run_id, pos.partition, pos.offset)))
+            record = skip_record(self.run.run_id, pos.partition, pos.offset)
+            writer.produce(codec.encode("scinol.Feedback", record, self.cfg.feedback))
 
     def finish_bundle(self):
         if self.skips is not None:
@@ -245,7 +246,7 @@ class CombineStep(_Sharded, beam.DoFn):
     def setup(self):
         super().setup()
         cfg = self.cfg
-        self.codec = Codec(cfg.registry_url)
+        self.codec = cfg.codec()
         self.predictions = KafkaWriter(cfg.bootstrap, cfg.predictions_topic, cfg.kafka_config)
         # Feedback is on the critical path of every shard: send at once.
         self.feedback = KafkaWriter(cfg.bootstrap, cfg.feedback, {"linger.ms": 0, **cfg.kafka_config})
@@ -278,9 +279,9 @@ class CombineStep(_Sharded, beam.DoFn):
         done = combiner.add(partials)
         if not done:
             return
-        encode = self.codec.encode
+        encode, topic = self.codec.encode, self.cfg.predictions_topic
         for d in done:
-            self.predictions.produce(encode("scinol.Prediction", d.prediction))
+            self.predictions.produce(encode("scinol.Prediction", d.prediction, topic), d.key)
         self.predictions.flush()
         self.since_cut[model] += len(done)
         if self._cut_due(model):
@@ -292,12 +293,12 @@ class CombineStep(_Sharded, beam.DoFn):
         combined.write(combiner.seq)
 
     def _send_feedback(self, model: str, done) -> None:
-        key, faults, encode = model.encode(), self.run.faults, self.codec.encode
+        key, faults, encode, topic = model.encode(), self.run.faults, self.codec.encode, self.cfg.feedback
         for d in done:
             seq = d.feedback["seq"]
             if seq in faults.drop:
                 continue
-            value = encode("scinol.Feedback", d.feedback)
+            value = encode("scinol.Feedback", d.feedback, topic)
             self.feedback.produce(value, key)
             if seq in faults.duplicate:
                 self.feedback.produce(value, key)

@@ -10,6 +10,7 @@ from confluent_kafka import Producer
 
 from learners import make_learner
 from pipelines.state.cuts import CutStore
+from pipelines.kafka.consumer import read_topic
 from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.records.topics import produce_events
 from pipelines.launch import run
@@ -71,6 +72,11 @@ def test_restart_resumes_from_the_last_cut_and_equals_one_run(kafka_bootstrap, t
     preds = read_records(kafka_bootstrap, cfg.predictions_topic, 600)
     assert [p["event_id"] for p in preds] == [e["id"] for e in events]
     np.testing.assert_allclose([p["score"] for p in preds], want, rtol=1e-9, atol=1e-12)
+    # each says where its event was, and is keyed by the event's id (the events had no key)
+    assert [(p["source_topic"], p["source_partition"], p["source_offset"]) for p in preds] == [
+        (topic_name, 0, i) for i in range(600)]
+    keys = [m.key for m in read_topic(kafka_bootstrap, cfg.predictions_topic, limit=600, timeout=60)]
+    assert keys == [e["id"].encode() for e in events]
     # The cuts were made with 3 shards: another count is refused, clearly.
     with pytest.raises(ValueError, match="--shards 3"):
         run(config(kafka_bootstrap, topic_name, tmp_path, shards=2))

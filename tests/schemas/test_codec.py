@@ -50,16 +50,19 @@ SAMPLES = {
             "event_id": "e1", "model": "ctr", "model_version": 41, "score": 0.75, "scores": [0.75],
             "probability": 0.679, "predicted_class": 1, "label": -1.0, "loss": 1.13,
             "event_timestamp": T0, "latency_ms": 12.5,
+            "source_topic": "events", "source_partition": 3, "source_offset": 1 << 33,
         },
         {
             "event_id": "e2", "model": "digits", "model_version": 0, "score": -0.1, "scores": [-0.1, 2.0, 0.3],
             "probability": 0.7, "predicted_class": 1, "label": None, "loss": None,
             "event_timestamp": T0, "latency_ms": 0.0,
+            "source_topic": None, "source_partition": None, "source_offset": None,
         },
         {
             "event_id": "e3", "model": "price", "model_version": 7, "score": 12.0, "scores": [12.0],
             "probability": None, "predicted_class": None, "label": 11.0, "loss": 0.5,
             "event_timestamp": T0, "latency_ms": 3.25,
+            "source_topic": "prices", "source_partition": 0, "source_offset": 0,
         },
     ],
     "scinol.Feedback": [
@@ -80,22 +83,27 @@ SAMPLES = {
     ],
     "scinol.DeadLetter": [
         {"topic": "events", "partition": 2, "offset": 99, "timestamp": T0, "reason": "undecodable",
-         "detail": "magic byte is 7, not 0", "original": b"\x07\x00\xffgarbage"},
+         "detail": "magic byte is 7, not 0", "original": b"\x07\x00\xffgarbage", "key": b"\x00user-7",
+         "headers": [{"key": "traceparent", "value": b"00-ab"}, {"key": "empty", "value": None},
+                     {"key": "traceparent", "value": b"00-cd"}]},
         {"topic": "events", "partition": 0, "offset": 0, "timestamp": 0, "reason": "bad_label",
-         "detail": "label is 2.0", "original": b""},
+         "detail": "label is 2.0", "original": b"", "key": None, "headers": None},
     ],
 }
 
 FIELDS = {
     "scinol.Event": ["id", "timestamp", "model", "features", "label", "weight"],
     "scinol.Prediction": ["event_id", "model", "model_version", "score", "scores", "probability",
-                          "predicted_class", "label", "loss", "event_timestamp", "latency_ms"],
+                          "predicted_class", "label", "loss", "event_timestamp", "latency_ms",
+                          "source_topic", "source_partition", "source_offset"],
     "scinol.Feedback": ["event_id", "model", "run_id", "seq", "partition", "offset", "g", "scalars",
                         "checkpoint"],
     "scinol.ModelCheckpoint": ["model", "learner", "params", "loss", "loss_param", "n_outputs", "bias",
                                "n_coords", "event_count", "offsets", "schema_version", "checksum", "uri",
                                "created_ms"],
-    "scinol.DeadLetter": ["topic", "partition", "offset", "timestamp", "reason", "detail", "original"],
+    "scinol.DeadLetter": ["topic", "partition", "offset", "timestamp", "reason", "detail", "original", "key",
+                          "headers"],
+    "scinol.Label": ["event_id", "model", "label", "weight", "timestamp"],
 }
 
 
@@ -130,6 +138,30 @@ def test_id_map_and_schema_files_agree():
 @pytest.mark.parametrize("name", sorted(FIELDS))
 def test_current_schema_fields(name):
     assert [f["name"] for f in catalog.load_schema(name)["fields"]] == FIELDS[name]
+
+
+@pytest.mark.parametrize("name, added", [
+    ("Prediction", ["source_topic", "source_partition", "source_offset"]),
+    ("DeadLetter", ["key", "headers"]),
+])
+def test_v2_is_v1_plus_fields_that_default_to_null(name, added):
+    v1, v2 = catalog.load_schema(name, 1), catalog.load_schema(name, 2)
+    assert catalog.current_version(name) == 2
+    assert v2["fields"][:len(v1["fields"])] == v1["fields"]
+    assert [f["name"] for f in v2["fields"][len(v1["fields"]):]] == added
+    for f in v2["fields"][len(v1["fields"]):]:
+        assert f["type"][0] == "null" and f["default"] is None  # a plain optional union: compatible both ways
+    assert catalog.schema_id(name, 1) != catalog.schema_id(name, 2) == catalog.schema_id(f"scinol.{name}")
+    # bytes written with version 1 read as version 2 with the new fields null, and the other way round
+    record = {k: v for k, v in SAMPLES[f"scinol.{name}"][0].items() if k not in added}
+    codec = Codec()
+    old = io.BytesIO()
+    old.write(b"\x00" + catalog.schema_id(name, 1).to_bytes(4, "big"))
+    schemaless_writer(old, parse_schema(catalog.load_schema(name, 1)), record)
+    assert codec.decode(old.getvalue()) == {**record, **{k: None for k in added}}
+    new = codec.encode(name, {**record, **{k: None for k in added}})
+    assert new[1:5] == catalog.schema_id(name, 2).to_bytes(4, "big")
+    assert new[5:] == old.getvalue()[5:] + b"\x00" * len(added)  # the null branch of each new union
 
 
 def test_event_v2_is_v1_plus_a_defaulted_weight():
