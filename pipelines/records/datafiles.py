@@ -281,58 +281,113 @@ def _field_start(text: str, j: int, delim: str) -> int:
 # ------------------------------------------------------------------ libsvm
 
 class LibsvmReader(Reader):
+    """libsvm/svmlight text, parsed by the compiled block parser
+    (:mod:`pipelines.records.libsvm_parse`); a line it hands back is parsed
+    here in Python, which takes it or raises the located error."""
+
     def __init__(self, path):
         self.path = str(path)
         with _read_errors(self.path), _open_text(self.path) as f:
             f.read(1)  # surface open errors (missing file, not gzip, ...) now
 
     def batches(self, batch_size: int = 4096) -> Iterator[Batch]:
+        from .blocks import byte_blocks, line_end
+        from .libsvm_parse import DONE, PYTHON, ROWS_FULL, VALUES_FULL, parse_libsvm
+        from .numbers import POW5_HI, POW5_LO
+
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        ys, lines, counts, indices, values = [], [], [], [], []
-        with _read_errors(self.path), _open_text(self.path) as f:
-            for lineno, raw in enumerate(f, 1):
-                text = raw.partition("#")[0]
-                tokens = text.split()
-                if not tokens:
-                    continue
-                try:
-                    y = float(tokens[0])
-                    idx, val = [], []
-                    for token in tokens[1:]:
-                        k, _, v = token.partition(":")
-                        if k != "qid":
-                            idx.append(int(k))
-                            val.append(float(v))
-                    total = y + sum(val)
-                    ok = (total - total == 0 and len(set(idx)) == len(idx)
-                          and (not idx or (min(idx) >= 0 and max(idx) <= _MAX_INDEX)))
-                except ValueError:
-                    ok = False
-                if not ok:
-                    y, idx, val = _parse_libsvm_line(self.path, lineno, text)
-                ys.append(y)
-                lines.append(lineno)
-                counts.append(len(idx))
-                indices += idx
-                values += val
-                if len(ys) == batch_size:
-                    yield _libsvm_batch(ys, lines, counts, indices, values)
-                    ys, lines, counts, indices, values = [], [], [], [], []
-        if ys:
-            yield _libsvm_batch(ys, lines, counts, indices, values)
+        rows = _RowBuffer(batch_size)
+        line = 1
+        with _read_errors(self.path):
+            for block in byte_blocks(self.path):
+                pos = 0
+                while True:
+                    status, pos, line, rows.n = parse_libsvm(block, pos, line, rows.y, rows.lines, rows.indptr,
+                                                             rows.indices, rows.data, rows.n, POW5_HI, POW5_LO)
+                    if status == DONE:
+                        break
+                    if status == VALUES_FULL:
+                        rows.grow()
+                    elif status == PYTHON:
+                        text_end, next_pos = line_end(block, pos)
+                        parsed = _python_libsvm_row(self.path, line, _line_text(block, pos, text_end))
+                        pos = next_pos
+                        if parsed is not None:
+                            rows.append(line, *parsed)
+                        line += 1
+                    if status == ROWS_FULL or rows.n == batch_size:
+                        yield rows.take()
+        if rows.n:
+            yield rows.take()
 
 
-def _libsvm_batch(ys, lines, counts, indices, values) -> Batch:
-    n = len(ys)
-    rows = np.repeat(np.arange(n), counts)
-    ind = np.array(indices, dtype=np.int64)
-    val = np.array(values, dtype=np.float64)
-    keep = val != 0
-    rows, ind, val = rows[keep], ind[keep], val[keep]
-    order = np.lexsort((ind, rows))  # by row, then by index
-    return Batch(_indptr(rows, n), ind[order], val[order],
-                 np.array(ys, dtype=np.float64), np.array(lines, dtype=np.int64))
+def _python_libsvm_row(path, lineno, raw):
+    """(label, indices, values) of one line, sorted, zeros dropped; None if
+    blank; DataError at its first bad token."""
+    text = raw.partition("#")[0]
+    tokens = text.split()
+    if not tokens:
+        return None
+    try:
+        y = float(tokens[0])
+        idx, val = [], []
+        for token in tokens[1:]:
+            k, _, v = token.partition(":")
+            if k != "qid":
+                idx.append(int(k))
+                val.append(float(v))
+        total = y + sum(val)
+        ok = (total - total == 0 and len(set(idx)) == len(idx)
+              and (not idx or (min(idx) >= 0 and max(idx) <= _MAX_INDEX)))
+    except ValueError:
+        ok = False
+    if not ok:
+        y, idx, val = _parse_libsvm_line(path, lineno, text)
+    pairs = sorted((i, v) for i, v in zip(idx, val) if v != 0)
+    return y, [i for i, _ in pairs], [v for _, v in pairs]
+
+
+class _RowBuffer:
+    """The rows of the batch being filled, in arrays the compiled parsers
+    write into (``n`` rows so far; entries of row i at indptr[i]:indptr[i+1])."""
+
+    def __init__(self, capacity: int, values: int = 1 << 16):
+        self.y = np.empty(capacity)
+        self.lines = np.empty(capacity, dtype=np.int64)
+        self.indptr = np.zeros(capacity + 1, dtype=np.int64)
+        self.indices = np.empty(values, dtype=np.int64)
+        self.data = np.empty(values)
+        self.n = 0
+
+    def grow(self, at_least: int = 0) -> None:
+        size = max(2 * self.indices.shape[0], at_least)
+        self.indices = np.resize(self.indices, size)
+        self.data = np.resize(self.data, size)
+
+    def append(self, line: int, y: float, indices, values) -> None:
+        """One row parsed in Python."""
+        lo = self.indptr[self.n]
+        hi = lo + len(indices)
+        if hi > self.indices.shape[0]:
+            self.grow(hi)
+        self.indices[lo:hi] = indices
+        self.data[lo:hi] = values
+        self.y[self.n], self.lines[self.n] = y, line
+        self.n += 1
+        self.indptr[self.n] = hi
+
+    def take(self) -> Batch:
+        """The filled rows as a Batch of fresh arrays; the buffer starts over."""
+        n, nnz = self.n, self.indptr[self.n]
+        batch = Batch(self.indptr[:n + 1].copy(), self.indices[:nnz].copy(), self.data[:nnz].copy(),
+                      self.y[:n].copy(), self.lines[:n].copy())
+        self.n = 0
+        return batch
+
+
+def _line_text(block: np.ndarray, start: int, end: int) -> str:
+    return bytes(block[start:end]).decode("utf-8")
 
 
 def _parse_libsvm_line(path, lineno, text):
