@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from .errors import UsageError
-from .options import add_kafka_options, add_learner_options, kafka_settings, parse_params
+from .options import (add_interaction_options, add_kafka_options, add_learner_options, interactions_of,
+                      kafka_settings, parse_params)
 
 
 def input_limits(args) -> dict:
@@ -31,7 +32,8 @@ def run(args) -> int:
     from pipelines.config import LearnerConfig
 
     learner = LearnerConfig(args.learner or "scinol2", args.loss or "logistic", parse_params(args.param),
-                            args.n_classes, not args.no_bias, args.hash_bits, args.loss_param)
+                            args.n_classes, not args.no_bias, args.hash_bits, args.loss_param,
+                            interactions_of(args))
     try:
         learner.make()  # fail fast, with a one-line error, on a bad learner/loss/parameter
     except ValueError as exc:
@@ -68,6 +70,7 @@ def add_parser(sub) -> None:
     add_kafka_options(p, "the events topic (Avro Event records)")
     p.add_argument("--predictions-topic", required=True, help="where Prediction records go")
     add_learner_options(p)
+    add_interaction_options(p)
     p.add_argument("--n-classes", type=int, default=None, help="number of classes (softmax)")
     p.add_argument("--hash-bits", type=int, default=18, help="hash space of named features (default 18)")
     p.add_argument("--bounded", action="store_true",

@@ -13,7 +13,7 @@ import numpy as np
 from learners import OnlineLearner
 
 from pipelines.state.checkpoints import CheckpointStore
-from pipelines.records.events import event_rows
+from pipelines.records.events import learner_rows
 from pipelines.records.predictions import ProgressiveMetrics, prediction_record, readings
 
 
@@ -42,9 +42,9 @@ class ModelRunner:
         if not items:
             return []
         events = [e for _, e in items]
-        indptr, indices, data, y = event_rows(events, self.learner.hasher)
+        rows, y = learner_rows(events, self.learner)
         version = self.learner.n_examples
-        scores, losses = self.learner.learn((indptr, indices, data), y, return_losses=True)
+        scores, losses = self.learner.learn(rows, y, return_losses=True)
         scores = scores.reshape(len(events), -1)
         now_ms = time.time() * 1000.0
         labelled = ~np.isnan(y)

@@ -27,6 +27,7 @@ __all__ = ["DataError", "Batch", "Reader", "CsvReader", "LibsvmReader",
 
 _CSV_EXTS = (".csv", ".tsv")
 _LIBSVM_EXTS = (".libsvm", ".svm", ".svmlight", ".lsvm")
+_VW_EXTS = (".vw",)
 _MAX_INDEX = np.iinfo(np.int64).max
 _INT_RE = re.compile(r"\s*[+-]?\d+\s*")
 
@@ -52,10 +53,13 @@ class DataError(ValueError):
 
 class Batch(NamedTuple):
     indptr: np.ndarray   # int64, len n+1
-    indices: np.ndarray  # int64 feature indices, sorted within each row
+    indices: np.ndarray  # int64 feature indices, sorted within each row (VW: as read, may repeat)
     data: np.ndarray     # float64 values, exact zeros dropped
-    y: np.ndarray        # float64 labels, len n
+    y: np.ndarray        # float64 labels, len n (NaN: unlabelled, VW only)
     lines: np.ndarray    # int64 1-based line number of each example
+    weights: np.ndarray | None = None     # VW: float64 importance weights (not applied by the kernels yet)
+    namespaces: np.ndarray | None = None  # VW: uint8 namespace byte of each entry (learners.interactions)
+    tags: list | None = None              # VW: each example's tag or None; None if the batch has no tag
 
 
 def guess_format(path: str) -> str:
@@ -66,17 +70,25 @@ def guess_format(path: str) -> str:
         return "csv"
     if name.endswith(_LIBSVM_EXTS):
         return "libsvm"
+    if name.endswith(_VW_EXTS):
+        return "vw"
     raise DataError(path, 0, 0, "cannot guess the format from the extension; pass --format csv|libsvm")
 
 
-def open_reader(path, fmt=None, *, label=None, header="auto", delimiter=None) -> "Reader":
+def open_reader(path, fmt=None, *, label=None, header="auto", delimiter=None, hash_bits=18, hash_seed=0) -> "Reader":
+    """A reader for csv, libsvm or vw (Vowpal Wabbit text, names hashed with
+    hash_bits/hash_seed) files; the format from the extension if not given."""
     path = str(path)
     fmt = fmt or guess_format(path)
     if fmt == "csv":
         return CsvReader(path, label=label, header=header, delimiter=delimiter)
     if fmt == "libsvm":
         return LibsvmReader(path)  # label/header/delimiter do not apply
-    raise DataError(path, 0, 0, f"unknown format {fmt!r}; use csv or libsvm")
+    if fmt == "vw":
+        from .vw_text import VwReader
+
+        return VwReader(path, hash_bits, hash_seed)
+    raise DataError(path, 0, 0, f"unknown format {fmt!r}; use csv, libsvm or vw")
 
 
 # ----------------------------------------------------------------- helpers
