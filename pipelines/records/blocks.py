@@ -24,8 +24,10 @@ def open_binary(path: str):
     return gzip.open(path, "rb") if path.lower().endswith(".gz") else open(path, "rb")
 
 
-def byte_blocks(path: str, size: int = BLOCK_BYTES) -> Iterator[np.ndarray]:
-    """Blocks of whole lines; I/O and gzip errors surface as they happen."""
+def byte_blocks(path: str, size: int | None = None) -> Iterator[np.ndarray]:
+    """Blocks of whole lines (about ``size`` bytes, default BLOCK_BYTES); I/O
+    and gzip errors surface as they happen."""
+    size = size or BLOCK_BYTES
     with open_binary(path) as f:
         carry = f.read(size)
         if carry.startswith(_BOM):

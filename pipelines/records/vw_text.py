@@ -42,7 +42,7 @@ import numpy as np
 
 from learners.interactions import namespace_of
 
-from .datafiles import Batch, DataError, Reader, _line_text, _open_text, _read_errors, _RowBuffer
+from .datafiles import Batch, DataError, Reader, _is_float, _line_text, _open_text, _read_errors, _RowBuffer
 
 _WORD = re.compile(r"[^ \t]+")
 
@@ -81,6 +81,9 @@ def _label_section(path, lineno, head: str, has_bar: bool):
         tag = words.pop()[1]
     if len(words) == 3:
         col, word = words[2]
+        if not _is_float(word):
+            raise DataError(path, lineno, col, f"unexpected word {word!r} before '|' (a tag must touch the '|' "
+                                               "or start with ')")
         raise DataError(path, lineno, col, f"a third number before '|' ({word!r}, VW's initial prediction) "
                                            "is not supported")
     if len(words) > 3:
@@ -96,7 +99,7 @@ def _label_section(path, lineno, head: str, has_bar: bool):
 def _namespace(path, lineno, col, token: str):
     """(name or None for the default namespace, scale)."""
     name, colon, scale_text = token.partition(":")
-    scale = _number(path, lineno, col + len(name) + 1, scale_text, f"scale of namespace {name!r}") if colon else 1.0
+    scale = _number(path, lineno, col + len(name) + 1, scale_text, f"namespace {name!r} scale") if colon else 1.0
     if name.startswith("^"):
         raise DataError(path, lineno, col, f"namespace name {name!r} starts with '^' (reserved for the default namespace)")
     return name or None, scale
