@@ -151,7 +151,7 @@ class CsvReader(Reader):
         self._delim = {"\\t": "\t", "tab": "\t"}.get(delimiter, delimiter)
 
         with contextlib.closing(self._records()) as records:
-            line, _, row = next(records)
+            line, first_end, row = next(records)
         n = len(row)
         if header == "auto":
             has_header = not all(_is_float(field) for field in row)
@@ -178,6 +178,7 @@ class CsvReader(Reader):
             col = names.index(label)
 
         self._n_fields, self._label_col, self._has_header = n, col, has_header
+        self._header_end = first_end if has_header else 0
         self._feature_cols = np.array([c for c in range(n) if c != col], dtype=np.int64)
         self._col_names = names if names is not None else list(range(n))  # for messages
         self.label_name = self._col_names[col]
@@ -201,13 +202,46 @@ class CsvReader(Reader):
             raise DataError(self.path, last + 1, 0, f"malformed CSV: {e}") from e
 
     def batches(self, batch_size: int = 4096) -> Iterator[Batch]:
+        """Through pyarrow's CSV reader while the file is plain
+        (:mod:`pipelines.records.csv_arrow`), from the first record it is
+        unsure of in Python."""
+        from .csv_arrow import Fallback
+
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        done = 0
+        try:
+            for batch in self._arrow_batches(batch_size):
+                yield batch
+                done += batch.y.shape[0]
+            return
+        except Fallback:
+            pass
+        yield from self._python_batches(batch_size, done)
+
+    def _arrow_batches(self, batch_size: int) -> Iterator[Batch]:
+        from .csv_arrow import arrow_rows
+
+        values, lines, count = [], [], 0
+        with _read_errors(self.path):
+            for chunk, chunk_lines in arrow_rows(self.path, self._delim, self._n_fields, self._header_end):
+                values.append(chunk)
+                lines.append(chunk_lines)
+                count += chunk.shape[0]
+                if count >= batch_size:
+                    table, numbers = np.concatenate(values), np.concatenate(lines)
+                    cut = count - count % batch_size
+                    for a in range(0, cut, batch_size):
+                        yield self._dense_batch(table[a:a + batch_size], numbers[a:a + batch_size])
+                    values, lines, count = [table[cut:]], [numbers[cut:]], count - cut
+        if count:
+            yield self._dense_batch(np.concatenate(values), np.concatenate(lines))
+
+    def _python_batches(self, batch_size: int, skip: int) -> Iterator[Batch]:
+        """The records after the header and the first ``skip`` ones, read in Python."""
         n = self._n_fields
         rows, lines = [], []
-        records = self._records()
-        if self._has_header:
-            records = itertools.islice(records, 1, None)
+        records = itertools.islice(self._records(), skip + self._has_header, None)
         for start, end, row in records:
             if len(row) != n:
                 raise DataError(self.path, start, 0, f"expected {n} fields, found {len(row)}")
@@ -228,11 +262,14 @@ class CsvReader(Reader):
             yield self._batch(rows, lines)
 
     def _batch(self, rows, lines) -> Batch:
-        dense = np.array(rows, dtype=np.float64).reshape(len(rows), self._n_fields)
+        return self._dense_batch(np.array(rows, dtype=np.float64).reshape(len(rows), self._n_fields),
+                                 np.array(lines, dtype=np.int64))
+
+    def _dense_batch(self, dense: np.ndarray, lines: np.ndarray) -> Batch:
         x = dense[:, self._feature_cols]
         r, c = np.nonzero(x)  # row-major order: indices come out sorted within rows
-        return Batch(_indptr(r, len(rows)), c.astype(np.int64), x[r, c],
-                     dense[:, self._label_col].copy(), np.array(lines, dtype=np.int64))
+        return Batch(_indptr(r, dense.shape[0]), c.astype(np.int64), x[r, c],
+                     dense[:, self._label_col].copy(), np.asarray(lines, dtype=np.int64))
 
     def _check_row(self, start, end, row) -> list[float]:
         for j, field in enumerate(row):
