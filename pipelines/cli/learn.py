@@ -11,6 +11,7 @@ from learners.interactions import NamespacedRows
 from learners.losses import LabelError
 
 from pipelines.records.datafiles import DataError, open_reader
+from pipelines.records.prefetch import prefetch
 
 from .errors import UsageError
 from .options import add_interaction_options, add_learner_options, interactions_of, parse_params
@@ -152,7 +153,7 @@ def run(args) -> int:
     total_features = 0
     try:
         for _ in range(args.passes):
-            for batch in reader.batches(args.batch_size):
+            for batch in prefetch(reader.batches(args.batch_size)):
                 y = weights.labels(batch)
                 rows = ((batch.indptr, batch.indices, batch.data) if batch.namespaces is None
                         else NamespacedRows(batch.indptr, batch.indices, batch.data, batch.namespaces))

@@ -8,9 +8,6 @@ import datetime
 import json
 import sys
 
-from pipelines.kafka.consumer import TopicMissing, read_topic
-from schemas.codec import Codec, DecodeError
-
 from .errors import UsageError
 from .options import kafka_settings
 
@@ -28,8 +25,10 @@ def _plain(value):
     return value
 
 
-def _record(codec: Codec, msg) -> dict:
+def _record(codec, msg) -> dict:
     """The decoded record, or an error object: undecodable messages are shown, not skipped."""
+    from schemas.codec import DecodeError
+
     try:
         return _plain(codec.decode(msg.value))
     except DecodeError as exc:
@@ -41,6 +40,9 @@ def tail(bootstrap: str, topic: str, *, fmt: str = "json", max_records: int | No
          out=None) -> int:
     """Print records from the beginning of every partition until ``max_records``
     or ``timeout`` seconds without a new message. Returns the count printed."""
+    from pipelines.kafka.consumer import read_topic
+    from schemas.codec import Codec
+
     out = out or sys.stdout
     codec = Codec(registry_url)
     writer, count = None, 0
@@ -75,6 +77,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from pipelines.kafka.consumer import TopicMissing  # imported here: `scinol learn` starts without Kafka
+
     try:
         tail(args.bootstrap, args.topic, fmt=args.format, max_records=args.max, timeout=args.timeout,
              kafka_config=kafka_settings(args.kafka_config, args.kafka_config_file), registry_url=args.schema_registry)

@@ -124,7 +124,7 @@ def _parse_line(buf, pos, indices, values, nnz, pow5_hi, pow5_lo):
     return (1 if tokens else 0), i + 1, nnz, label
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def parse_libsvm(buf, pos, line, labels, lines, indptr, indices, values, n_rows, pow5_hi, pow5_lo):
     """Parse lines of buf from pos into rows n_rows, n_rows + 1, ... of the
     output arrays (indptr[n_rows] is where the next row's entries start).

@@ -42,7 +42,7 @@ import numpy as np
 
 from learners.interactions import namespace_of
 
-from .datafiles import Batch, DataError, Reader, _is_float, _line_text, _open_text, _read_errors, _RowBuffer
+from .textbase import Batch, DataError, Reader, _is_float, _line_text, _open_text, _read_errors, _RowBuffer
 
 _WORD = re.compile(r"[^ \t]+")
 

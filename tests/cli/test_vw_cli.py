@@ -8,14 +8,19 @@ import numpy as np
 import pytest
 
 from learners import OnlineLearner, make_learner
-from pipelines.cli.main import main
 from pipelines.records.events import vw_events
 from pipelines.records.topics import read_records
 from pipelines.records.vw_text import vw_rows
 from pipelines.sharded.protocol import Router
 from pipelines.steps import Position
-from tests.cli.test_cli import assert_one_error_line, ok, run, workdir  # noqa: F401  (workdir is a fixture)
+from tests.cli.test_cli import assert_one_error_line, ok, run
 from tests.pipelines.test_sharded_model import Loop
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
 
 
 def vw_file(path, n=400, seed=0, tags=False):

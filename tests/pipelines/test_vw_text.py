@@ -14,7 +14,7 @@ from learners.interactions import namespace_of
 from pipelines.records import blocks
 from pipelines.records.datafiles import DataError, guess_format, open_reader
 from pipelines.records.events import vw_events
-from pipelines.records.vw_text import VwReader, VwRow, feature_name, parse_vw_line, vw_rows
+from pipelines.records.vw_text import VwReader, feature_name, parse_vw_line, vw_rows
 
 
 def parse(text):
