@@ -57,7 +57,12 @@ def _first_bad_entry(indptr, indices, data):
                 return _NEGATIVE, p
             if not np.isfinite(data[p]):
                 return _NON_FINITE, p
-        if hi - lo > 1:
+        ascending = True  # the common case (sorted rows) needs no sort to rule out repeats
+        for p in range(lo + 1, hi):
+            if indices[p] <= indices[p - 1]:
+                ascending = False
+                break
+        if not ascending:
             row = buf[: hi - lo]
             row[:] = indices[lo:hi]
             row.sort()

@@ -16,12 +16,14 @@ driven by the algorithm's compiled batch kernel.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from . import __version__
 from .hashing import FeatureHasher
 from .inputs import CSRBatch, as_batch
+from .interactions import NamespacedRows, crossed_batch, normalize_interactions
 from .losses import BINARY_LOSSES, DEFAULT_LOSS_PARAM, loss_code, prepare_labels, probabilities
 from .registry import make_algorithm
 from .state import StateFileError, load_state_with_aux, save_state
@@ -36,12 +38,14 @@ class OnlineLearner:
     ``bias`` adds a constant feature 1 (coordinate 0; input feature i is
     coordinate i + 1). String feature names are hashed into 2^``hash_bits``
     slots. ``n_classes`` is needed for the softmax loss (or give ``classes``
-    to the first ``partial_fit``). Other keyword arguments are the
-    algorithm's parameters (e.g. ``eps`` for ScInOL).
+    to the first ``partial_fit``). ``interactions`` are VW-style crosses
+    between namespaces, e.g. ``["ab", "abc"]`` (:mod:`learners.interactions`).
+    Other keyword arguments are the algorithm's parameters (e.g. ``eps`` for
+    ScInOL).
     """
 
     def __init__(self, algorithm="scinol2", loss="logistic", *, n_classes=None, bias=True,
-                 hash_bits=18, hash_seed=0, loss_param=None, **params):
+                 hash_bits=18, hash_seed=0, loss_param=None, interactions=None, **params):
         self.algorithm = make_algorithm(algorithm, **params) if isinstance(algorithm, str) else algorithm
         self.loss = loss
         self._loss = loss_code(loss)
@@ -55,6 +59,7 @@ class OnlineLearner:
         self.n_classes = int(n_classes) if loss == "softmax" and n_classes is not None else None
         self.bias = bool(bias)
         self.hasher = FeatureHasher(hash_bits, hash_seed)
+        self.interactions = normalize_interactions(interactions)
         self.classes_ = None
         self.state = None
         self.loaded_header: dict = {}
@@ -79,14 +84,17 @@ class OnlineLearner:
         else:
             self.algorithm.grow_state(self.state, n_coords)
 
-    def _batch(self, X):
-        batch = as_batch(X, self.hasher)
+    def _batch(self, X) -> "_Prepared":
+        if self.interactions or isinstance(X, NamespacedRows):
+            batch = crossed_batch(X, self.hasher, self.interactions)
+        else:
+            batch = as_batch(X, self.hasher)
         if isinstance(batch, CSRBatch):
-            return batch, batch.n_rows, batch.max_index() + 1
-        return batch, batch.shape[0], batch.shape[1]
+            return _Prepared(batch, batch.n_rows, batch.max_index() + 1)
+        return _Prepared(batch, batch.shape[0], batch.shape[1])
 
     def _run(self, X, y) -> tuple[np.ndarray, np.ndarray]:
-        batch, n, d = self._batch(X)
+        batch, n, d = X if isinstance(X, _Prepared) else self._batch(X)
         if y.shape[0] != n:
             raise ValueError(f"{n} rows of features but {y.shape[0]} labels")
         self._ensure_state(d)
@@ -114,10 +122,10 @@ class OnlineLearner:
 
     def decision_function(self, X) -> np.ndarray:
         """Raw scores ŷ without learning."""
-        batch, n, _ = self._batch(X)
+        prepared = self._batch(X)
         if self.state is None:
             self._ensure_state(0)
-        return self._shape(self._run(batch, np.full(n, np.nan))[0])
+        return self._shape(self._run(prepared, np.full(prepared.n, np.nan))[0])
 
     # -- scikit-learn style ---------------------------------------------------
     def _labels_from_classes(self, y, classes):
@@ -201,6 +209,7 @@ class OnlineLearner:
             "hash_bits": self.hasher.bits,
             "hash_seed": self.hasher.seed,
             "classes": None if self.classes_ is None else self.classes_.tolist(),
+            "interactions": list(self.interactions),
         }
 
     def save(self, path: str, extra: dict | None = None, aux: dict | None = None) -> None:
@@ -216,7 +225,7 @@ class OnlineLearner:
         try:
             return cls(meta["learner"], meta["loss"], n_classes=meta["n_outputs"] if meta["loss"] == "softmax" else None,
                        bias=meta["bias"], hash_bits=meta["hash_bits"], hash_seed=meta["hash_seed"],
-                       loss_param=meta.get("loss_param"), **meta["params"])
+                       loss_param=meta.get("loss_param"), interactions=meta.get("interactions"), **meta["params"])
         except (KeyError, TypeError, ValueError) as exc:
             raise StateFileError(f"{where}: header does not describe a learner ({exc})") from None
 
@@ -236,6 +245,13 @@ class OnlineLearner:
         model.loaded_header = meta
         model.loaded_aux = aux
         return model
+
+
+class _Prepared(NamedTuple):
+    """A validated batch (dense array or CSRBatch) with its row count and width."""
+    batch: object
+    n: int
+    d: int
 
 
 def make_learner(name: str = "scinol2", loss: str = "logistic", **kwargs) -> OnlineLearner:

@@ -23,10 +23,13 @@ class LearnerConfig(NamedTuple):
     bias: bool = True
     hash_bits: int = 18
     loss_param: float | None = None
+    interactions: tuple = ()
+    """VW-style feature crosses, e.g. ("ab", "abc") (learners.interactions)."""
 
     def make(self):
         return make_learner(self.learner, self.loss, n_classes=self.n_classes, bias=self.bias,
-                            hash_bits=self.hash_bits, loss_param=self.loss_param, **self.params)
+                            hash_bits=self.hash_bits, loss_param=self.loss_param,
+                            interactions=self.interactions, **self.params)
 
 
 @dataclass

@@ -4,10 +4,10 @@ as ratios.
 1. Kernels: ScInOL's compiled learner on in-memory rows vs VW's own driver
    reading the same rows as a VW text file, dense and sparse
    (:mod:`.kernel_speed`).
-2. Command line, end to end: ``scinol learn FILE.csv`` vs VW's command-line
-   driver on the same rows in VW format, both as fresh processes, so both
-   pay interpreter start-up, parsing and learning; the start-up share is
-   measured on a 10-row file and shown apart.
+2. Command line, end to end: ``scinol learn`` (libsvm, VW text, CSV) vs
+   VW's command-line driver on the same rows and number text, dense and
+   sparse, as fresh processes, so both pay interpreter start-up, parsing and
+   learning; the start-up share is measured on a 10-row file and shown apart.
 3. Pipeline: ``scinol run`` (Beam, bounded, embedded broker) vs a plain
    confluent-kafka loop doing the same decode/learn/produce
    (:mod:`.pipeline_speed`).
@@ -23,8 +23,10 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 from pipelines.bench import report
-from pipelines.bench.kernel_speed import SPARSE_BITS, VW_NOTE, measure, vw_command, write_vw
+from pipelines.bench.kernel_speed import SPARSE_BITS, VW_NOTE, measure, vw_command
 from pipelines.bench.optional import have, missing_message
 
 
@@ -48,27 +50,66 @@ def _timed(cmd: list[str]) -> tuple[float, float]:
     return seconds, float(found.group(1)) if found else float("nan")
 
 
-def learn_vs_vw(rows: int, repeats: int, with_vw: bool) -> list[dict]:
-    """`scinol learn` on a CSV of the toy rows vs VW's driver on the same rows."""
+def write_learn_files(folder: str, tag: str, X, y) -> dict[str, str]:
+    """The same rows as libsvm, VW text (namespace f, the libsvm indices as
+    names) and, when dense, CSV; every number written with %.9g in all of them."""
+    if isinstance(X, tuple):
+        indptr, indices, data = X
+        rows = ((indices[indptr[i]:indptr[i + 1]] + 1, data[indptr[i]:indptr[i + 1]]) for i in range(len(y)))
+    else:
+        rows = ((np.flatnonzero(row) + 1, row[row != 0]) for row in X)
+    paths = {fmt: os.path.join(folder, f"{tag}.{fmt}") for fmt in ("libsvm", "vw")}
+    with open(paths["libsvm"], "w") as svm, open(paths["vw"], "w") as vw:
+        for label, (cols, vals) in zip(y.tolist(), rows):
+            feats = " ".join(f"{c}:{v:.9g}" for c, v in zip(cols.tolist(), vals.tolist()))
+            svm.write(f"{label:g} {feats}\n")
+            vw.write(f"{label:g} |f {feats}\n")
+    if not isinstance(X, tuple):
+        paths["csv"] = os.path.join(folder, f"{tag}.csv")
+        with open(paths["csv"], "w") as f:
+            f.write(",".join(["y"] + [f"x{j}" for j in range(1, X.shape[1] + 1)]) + "\n")
+            f.writelines(",".join(f"{v:.9g}" for v in [label, *row]) + "\n" for label, row in zip(y.tolist(), X.tolist()))
+    return paths
+
+
+def learn_commands(paths: dict[str, str], bits: int, with_vw: bool) -> dict[str, list[str]]:
+    scinol = scinol_command() + ["learn"]
+    runs = {"scinol learn (libsvm)": scinol + [paths["libsvm"]],
+            "scinol learn (VW text)": scinol + [paths["vw"], "-b", str(bits)]}
+    if "csv" in paths:
+        runs["scinol learn (CSV)"] = scinol + [paths["csv"], "--label", "y"]
+    if with_vw:
+        runs["VW driver (VW text)"] = vw_command()[0] + ["-d", paths["vw"], "--loss_function", "logistic",
+                                                          "--no_stdin", "-b", str(bits)]
+    return runs
+
+
+def learn_vs_vw(rows: int, sparse_rows: int, repeats: int, with_vw: bool) -> list[dict]:
+    """`scinol learn` vs VW's driver, whole commands, on the same rows: the
+    toy data (21 dense features) and the sparse set (50 of 2^20). The
+    commands run in turn (A B C ... A B C ...), best of ``repeats`` each, so
+    a machine's drift hits all alike; the same commands on 10-row files
+    give the start-up share."""
     from learners.datasets import toy_examples
+
+    from pipelines.bench.kernel_speed import sparse_examples
 
     tmp = tempfile.mkdtemp(prefix="bench_learn_")
     out = []
     try:
-        for n, tag in ((rows, "full"), (10, "startup")):
-            csv = os.path.join(tmp, f"{tag}.csv")
-            scinol = scinol_command()
-            subprocess.run(scinol + ["generate", "toy", "-o", csv, "--n", str(n)], check=True, capture_output=True)
-            runs = {"scinol learn (CSV)": scinol + ["learn", csv, "--label", "y"]}
-            if with_vw:
-                vw_file = os.path.join(tmp, f"{tag}.vw")
-                write_vw(vw_file, *toy_examples(n, 0))  # the rows `scinol generate toy --seed 0` wrote
-                prefix, _ = vw_command()
-                runs["VW driver (VW text)"] = prefix + ["-d", vw_file, "--loss_function", "logistic", "--no_stdin"]
-            for label, cmd in runs.items():
-                timings = [_timed(cmd) for _ in range(repeats)]
-                out.append({"what": label, "rows": n, "tag": tag, "seconds": min(t for t, _ in timings),
-                            "avg_loss": timings[0][1]})
+        for data, n, make, bits in (("dense", rows, lambda k: toy_examples(k, 0), 18),
+                                    ("sparse", sparse_rows, sparse_examples, SPARSE_BITS)):
+            for tag, k in (("full", n), ("startup", 10)):
+                X, y = make(k)
+                runs = learn_commands(write_learn_files(tmp, f"{data}-{tag}", X, y), bits, with_vw)
+                say(f"scinol learn vs VW: {data}, {k:,} rows, {len(runs)} commands, best of {repeats}")
+                timings: dict[str, list] = {label: [] for label in runs}
+                for _ in range(repeats):
+                    for label, cmd in runs.items():
+                        timings[label].append(_timed(cmd))
+                for label, got in timings.items():
+                    out.append({"what": label, "data": data, "rows": k, "tag": tag,
+                                "seconds": min(t for t, _ in got), "avg_loss": got[0][1]})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
@@ -107,28 +148,35 @@ def kernel_section(got: dict, repeats: int, with_vw: bool) -> list[str]:
 
 
 def learn_section(rows: list[dict], with_vw: bool, repeats: int) -> list[str]:
-    full = {r["what"]: r for r in rows if r["tag"] == "full"}
-    start = {r["what"]: r for r in rows if r["tag"] == "startup"}
-    table_rows = []
-    for what, r in full.items():
-        s0 = start[what]["seconds"]
-        table_rows.append([what, f"{r['rows']:,}", f"{r['seconds']:.2f}", f"{s0:.2f}",
-                           f"{r['rows'] / r['seconds']:,.0f}", f"{r['rows'] / max(r['seconds'] - s0, 1e-9):,.0f}",
-                           f"{r['avg_loss']:.4f}"])
     how = vw_command()[1] if with_vw else ""
     lines = ["### `scinol learn` vs VW's command-line driver, end to end", "",
-             f"The toy rows (`scinol generate toy`), as CSV for `scinol learn FILE --label y` and as VW text for "
-             f"VW's driver (`{how} -d FILE --loss_function logistic`: the vowpalwabbit wheel ships no `vw` binary, "
-             f"its `python -m vowpalwabbit` hands the arguments to the same C++ driver). Both are new processes; "
-             f"best of {repeats}. Start-up = the same command on a 10-row file.", "",
-             report.table(["command", "rows", "seconds", "of which start-up", "examples/s", "examples/s after start-up",
-                           "progressive loss"], table_rows), ""]
-    if with_vw and "VW driver (VW text)" in full:
-        ours, vw = full["scinol learn (CSV)"], full["VW driver (VW text)"]
-        s_ours, s_vw = start["scinol learn (CSV)"]["seconds"], start["VW driver (VW text)"]["seconds"]
-        lines += [f"- ratio scinol/VW, examples/s end to end: **{vw['seconds'] / ours['seconds']:.2f}x**; "
-                  f"after start-up: **{(vw['seconds'] - s_vw) / max(ours['seconds'] - s_ours, 1e-9):.2f}x**", ""]
-    return lines
+             f"The same rows written with the same number text (%.9g): the toy data (21 dense features) and "
+             f"the sparse set (50 non-zeros of 2^{SPARSE_BITS}), as libsvm, as VW text (`label |f index:value "
+             f"...`) and, dense, as CSV. VW's driver: `{how} -d FILE --loss_function logistic -b BITS` (the "
+             f"vowpalwabbit wheel ships no `vw` binary; `python -m vowpalwabbit` hands the arguments to the same "
+             f"C++ driver). Whole commands, new processes, run in turn, best of {repeats}; start-up = the same "
+             f"command on a 10-row file. VW parses in a thread of its own; `scinol learn` parses in a thread "
+             f"beside the learner.", ""]
+    ratios = []
+    for data in ("dense", "sparse"):
+        full = {r["what"]: r for r in rows if r["data"] == data and r["tag"] == "full"}
+        start = {r["what"]: r for r in rows if r["data"] == data and r["tag"] == "startup"}
+        table_rows = []
+        for what, r in full.items():
+            s0 = start[what]["seconds"]
+            after = f"{r['rows'] / (r['seconds'] - s0):,.0f}" if r["seconds"] - s0 > 0.05 else "—"
+            table_rows.append([what, f"{r['rows']:,}", f"{r['seconds']:.2f}", f"{s0:.2f}",
+                               f"{r['rows'] / r['seconds']:,.0f}", after, f"{r['avg_loss']:.4f}"])
+        lines += [f"**{data}**", "", report.table(["command", "rows", "seconds", "of which start-up", "examples/s",
+                                                   "examples/s after start-up", "progressive loss"], table_rows), ""]
+        vw = full.get("VW driver (VW text)")
+        for what, r in full.items():
+            if vw is not None and what != vw["what"]:
+                ours, theirs = r["seconds"] - start[what]["seconds"], vw["seconds"] - start[vw["what"]]["seconds"]
+                after = f"**{theirs / ours:.2f}x** after start-up" if min(ours, theirs) > 0.05 else "start-up dominates"
+                ratios.append(f"- {data}, {what} vs VW (VW's seconds / ours): **{vw['seconds'] / r['seconds']:.2f}x** "
+                              f"end to end, {after}")
+    return lines + ratios + ([""] if ratios else [])
 
 
 def pipeline_section(rows: list[dict]) -> list[str]:
@@ -152,8 +200,7 @@ def run_throughput(args, command: str) -> int:
         say(n)
     say(f"kernels: {args.rows:,} dense and {args.sparse_rows:,} sparse rows, best of {args.repeats}")
     got = measure(args.rows, args.sparse_rows, args.repeats, with_vw, log=say)
-    say(f"scinol learn vs VW's driver: {args.learn_rows:,} rows")
-    learn_rows = learn_vs_vw(args.learn_rows, args.repeats, with_vw)
+    learn_rows = learn_vs_vw(args.learn_rows, args.learn_sparse_rows, args.repeats, with_vw)
     pipe_rows = [] if args.no_pipeline else pipeline_vs_plain(args.pipeline_events, args.pipeline_sparse_events)
     seconds = time.perf_counter() - started
     import platform

@@ -49,7 +49,9 @@ def add_parser(sub) -> None:
     t.add_argument("--rows", type=int, default=1_000_000, help="dense rows for the kernel figures")
     t.add_argument("--sparse-rows", type=int, default=1_000_000, help="sparse rows for the kernel figures")
     t.add_argument("--repeats", type=int, default=3, help="best of N (default 3)")
-    t.add_argument("--learn-rows", type=int, default=500_000, help="CSV rows for `scinol learn` vs VW's driver")
+    t.add_argument("--learn-rows", type=int, default=400_000, help="dense rows for `scinol learn` vs VW's driver")
+    t.add_argument("--learn-sparse-rows", type=int, default=100_000,
+                   help="sparse rows (50 of 2^20) for `scinol learn` vs VW's driver")
     t.add_argument("--pipeline-events", type=int, default=100_000, help="dense events through the pipeline")
     t.add_argument("--pipeline-sparse-events", type=int, default=50_000, help="sparse events through the pipeline")
     t.add_argument("--no-vw", action="store_true", help="leave Vowpal Wabbit out")
@@ -108,5 +110,5 @@ def run(args) -> int:
                             args.no_vw, args.no_river, args.jobs, _command_line(tail))
     from pipelines.bench.throughput import run_throughput
 
-    _positive(args, ["rows", "sparse_rows", "repeats", "learn_rows", "pipeline_events", "pipeline_sparse_events"])
+    _positive(args, ["rows", "sparse_rows", "repeats", "learn_rows", "learn_sparse_rows", "pipeline_events", "pipeline_sparse_events"])
     return run_throughput(args, _command_line(tail))

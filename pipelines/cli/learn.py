@@ -7,12 +7,14 @@ import sys
 import numpy as np
 
 from learners import OnlineLearner, make_learner
+from learners.interactions import NamespacedRows
 from learners.losses import LabelError
 
 from pipelines.records.datafiles import DataError, open_reader
+from pipelines.records.prefetch import prefetch
 
 from .errors import UsageError
-from .options import add_learner_options, parse_params
+from .options import add_interaction_options, add_learner_options, interactions_of, parse_params
 
 _HEADER = (
     "average  since         example        example  current  current  current\n"
@@ -27,30 +29,36 @@ class ProgressTable:
         self.out, self.enabled = out, enabled
         self.count = 0
         self.total = 0.0
-        self.since_count = 0
+        self.labelled = 0
+        self.since_labelled = 0
         self.since_total = 0.0
         self.next_report = 1
         if enabled:
             print(_HEADER, file=out)
 
     def add(self, losses: np.ndarray, labels: np.ndarray, scores: np.ndarray, n_features: np.ndarray) -> None:
-        cum = np.cumsum(losses)
-        base_total, base_count = self.total, self.count
+        """Losses of unlabelled examples are NaN: they count as examples, not in the averages."""
+        labelled = ~np.isnan(losses)
+        cum = np.cumsum(np.where(labelled, losses, 0.0))
+        cum_labelled = np.cumsum(labelled)
+        base_total, base_count, base_labelled = self.total, self.count, self.labelled
         while self.enabled and self.next_report <= base_count + losses.shape[0]:
             i = self.next_report - base_count - 1
-            total = base_total + cum[i]
+            total, seen = base_total + cum[i], base_labelled + cum_labelled[i]
             since = total - self.since_total
-            n_since = self.next_report - self.since_count
-            print(f"{total / self.next_report:<8.6f} {since / n_since:<8.6f} {self.next_report:>12d} "
+            n_since = seen - self.since_labelled
+            print(f"{total / max(seen, 1):<8.6f} {since / max(n_since, 1):<8.6f} {self.next_report:>12d} "
                   f"{float(self.next_report):>14.1f} {labels[i]:>8.4f} {scores[i]:>8.4f} {n_features[i]:>8d}",
                   file=self.out)
-            self.since_total, self.since_count = total, self.next_report
+            self.since_total, self.since_labelled = total, seen
             self.next_report *= 2
         self.total = base_total + (cum[-1] if cum.size else 0.0)
         self.count = base_count + losses.shape[0]
+        self.labelled = base_labelled + (int(cum_labelled[-1]) if cum.size else 0)
 
 
 def _build_learner(args, reader) -> OnlineLearner:
+    interactions = interactions_of(args)
     if args.load:
         model = OnlineLearner.load(args.load)
         for option, value in (("--learner", args.learner), ("--loss", args.loss)):
@@ -59,6 +67,11 @@ def _build_learner(args, reader) -> OnlineLearner:
                 raise UsageError(f"{option} {value} conflicts with the loaded model ({have})")
         if args.no_bias and model.bias:
             raise UsageError("--no-bias conflicts with the loaded model, which has a bias")
+        if interactions and interactions != model.interactions:
+            raise UsageError(f"-q/--cubic {' '.join(interactions)} conflict with the loaded model's "
+                             f"interactions ({' '.join(model.interactions) or 'none'})")
+        if args.hash_bits is not None and args.hash_bits != model.hasher.bits:
+            raise UsageError(f"--hash-bits {args.hash_bits} conflicts with the loaded model ({model.hasher.bits})")
         return model
     loss = args.loss or "logistic"
     params = parse_params(args.param)
@@ -67,7 +80,8 @@ def _build_learner(args, reader) -> OnlineLearner:
         n_classes = _count_classes(reader)
     try:
         return make_learner(args.learner or "scinol2", loss, n_classes=n_classes, bias=not args.no_bias,
-                            loss_param=args.loss_param, **params)
+                            loss_param=args.loss_param, interactions=interactions,
+                            hash_bits=18 if args.hash_bits is None else args.hash_bits, **params)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -88,25 +102,63 @@ def _label_column(reader) -> str:
     return "" if name is None else f" (label column {name!r})"
 
 
+class _ImportanceWeights:
+    """Importance weights (VW text) are read but the kernels do not apply
+    them yet: weight 0 is honoured (predict, do not learn, as VW does);
+    other weights ≠ 1 are learned as 1, with one warning."""
+
+    def __init__(self, log):
+        self.log, self.warned = log, False
+
+    def labels(self, batch) -> np.ndarray:
+        if batch.weights is None:
+            return batch.y
+        zero = batch.weights == 0
+        if not self.warned and np.any((batch.weights != 1) & ~zero):
+            print("scinol: warning: importance weights other than 0 and 1 are read but not applied yet; "
+                  "those examples count once", file=self.log)
+            self.warned = True
+        return np.where(zero, np.nan, batch.y) if zero.any() else batch.y
+
+
+def _write_predictions(out, scores, tags) -> None:
+    """One line per example: the score(s), then the VW tag if it has one."""
+    rows = scores.reshape(scores.shape[0], -1)
+    if tags is None:
+        np.savetxt(out, rows, fmt="%.17g")
+        return
+    for row, tag in zip(rows.tolist(), tags):
+        text = " ".join(f"{v:.17g}" for v in row)
+        out.write(f"{text} {tag}\n" if tag is not None else text + "\n")
+
+
 def run(args) -> int:
     if args.passes < 1:
         raise UsageError(f"--passes must be at least 1, not {args.passes}")
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, not {args.batch_size}")
     reader = open_reader(args.data, args.format, label=args.label, header=args.header, delimiter=args.delimiter)
+    if interactions_of(args) and not hasattr(reader, "hash_bits"):
+        raise UsageError("-q/--cubic cross namespaces: they need a VW text file (--format vw)")
     model = _build_learner(args, reader)
+    if hasattr(reader, "hash_bits"):  # VW text: names hashed as the model hashes them
+        reader.hash_bits, reader.hash_seed = model.hasher.bits, model.hasher.seed
     log = sys.stderr
     if not args.quiet:
         print(f"learner = {model.algorithm.name} {model.algorithm.params}, loss = {model.loss}, "
               f"bias = {model.bias}, data = {args.data}", file=log)
     table = ProgressTable(log, enabled=not args.quiet)
+    weights = _ImportanceWeights(log)
     pred_out = open(args.predictions, "w") if args.predictions else None
     total_features = 0
     try:
         for _ in range(args.passes):
-            for batch in reader.batches(args.batch_size):
+            for batch in prefetch(reader.batches(args.batch_size)):
+                y = weights.labels(batch)
+                rows = ((batch.indptr, batch.indices, batch.data) if batch.namespaces is None
+                        else NamespacedRows(batch.indptr, batch.indices, batch.data, batch.namespaces))
                 try:
-                    scores, losses = model.learn((batch.indptr, batch.indices, batch.data), batch.y, return_losses=True)
+                    scores, losses = model.learn(rows, y, return_losses=True)
                 except LabelError as exc:
                     line = int(batch.lines[exc.position])
                     raise DataError(args.data, line, 0, f"label {exc.detail}{_label_column(reader)}") from None
@@ -115,14 +167,14 @@ def run(args) -> int:
                 first = scores if scores.ndim == 1 else scores[:, 0]
                 table.add(losses, batch.y, first, n_features)
                 if pred_out is not None:
-                    np.savetxt(pred_out, scores.reshape(scores.shape[0], -1), fmt="%.17g")
+                    _write_predictions(pred_out, scores, batch.tags)
     finally:
         if pred_out is not None:
             pred_out.close()
     if args.save:
         model.save(args.save)
     if not args.quiet:
-        avg = table.total / table.count if table.count else float("nan")
+        avg = table.total / table.labelled if table.labelled else float("nan")
         print(f"\nfinished run\nnumber of examples = {table.count}\nweighted example sum = {float(table.count)}\n"
               f"average loss = {avg:.6f}\ntotal feature number = {total_features}", file=log)
         if args.save:
@@ -131,15 +183,19 @@ def run(args) -> int:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("learn", help="learn online from a CSV or libsvm file, VW style",
+    p = sub.add_parser("learn", help="learn online from a CSV, libsvm or VW text file, VW style",
                        description="One online pass (or --passes N) over DATA; prints the progressive "
                                    "average loss at every power of two examples.")
-    p.add_argument("data", metavar="DATA", help="CSV or libsvm/svmlight file (.gz is fine)")
-    p.add_argument("--format", choices=["csv", "libsvm"], help="file format (default: from the extension)")
+    p.add_argument("data", metavar="DATA", help="CSV, libsvm/svmlight or Vowpal Wabbit text file (.gz is fine)")
+    p.add_argument("--format", choices=["csv", "libsvm", "vw"],
+                   help="file format (default: from the extension: .csv .tsv, .libsvm .svm, .vw)")
     p.add_argument("--label", default=None, help="CSV label column: header name or 0-based index (default: first column)")
     p.add_argument("--header", choices=["auto", "yes", "no"], default="auto", help="CSV header line (default: auto)")
     p.add_argument("--delimiter", default=None, help="CSV delimiter (default: sniffed from , ; tab)")
     add_learner_options(p)
+    add_interaction_options(p)
+    p.add_argument("-b", "--hash-bits", type=int, default=None,
+                   help="hash space 2^B of named features, e.g. VW's (default 18)")
     p.add_argument("--n-classes", type=int, default=None, help="number of classes for softmax (default: largest label + 1)")
     p.add_argument("--passes", type=int, default=1, help="passes over the data (default 1)")
     p.add_argument("-p", "--predictions", metavar="FILE", help="write ŷ_t (made before learning from example t), one line per example")

@@ -20,6 +20,27 @@ def add_bootstrap_option(p) -> None:
                    help="Kafka bootstrap servers (--bootstrap is the old spelling)")
 
 
+def add_interaction_options(p) -> None:
+    p.add_argument("-q", "--quadratic", action="append", default=[], metavar="AB",
+                   help="cross the features of namespaces A and B (first letters, as VW's -q; repeatable)")
+    p.add_argument("--cubic", action="append", default=[], metavar="ABC",
+                   help="cross the features of three namespaces (as VW's --cubic; repeatable)")
+
+
+def interactions_of(args) -> tuple[str, ...]:
+    """-q/--cubic as checked interactions (learners.interactions)."""
+    from learners.interactions import normalize_interactions
+
+    for option, specs, size in (("-q", args.quadratic, 2), ("--cubic", args.cubic, 3)):
+        for spec in specs:
+            if len(spec) != size:
+                raise UsageError(f"{option} {spec!r}: expected {size} namespace letters")
+    try:
+        return normalize_interactions(list(args.quadratic) + list(args.cubic))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def add_kafka_options(p, topic_help: str) -> None:
     add_bootstrap_option(p)
     p.add_argument("--topic", required=True, help=topic_help)

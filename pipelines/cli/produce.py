@@ -30,10 +30,11 @@ def run(args) -> int:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("produce", help="stream a data file or generated data into a topic as Avro events",
-                       description="CSV rows become dense Events, libsvm rows sparse ones; ids are FILE:LINE.")
-    p.add_argument("data", nargs="?", metavar="DATA", help="CSV or libsvm file (or use --generate)")
+                       description="CSV rows become dense Events, libsvm rows sparse ones, Vowpal Wabbit "
+                                   "text named ones (ns^name); ids are FILE:LINE (or the VW tag).")
+    p.add_argument("data", nargs="?", metavar="DATA", help="CSV, libsvm or VW text file (or use --generate)")
     add_kafka_options(p, "the topic to write (created when missing)")
-    p.add_argument("--format", choices=["csv", "libsvm"], help="file format (default: from the extension)")
+    p.add_argument("--format", choices=["csv", "libsvm", "vw"], help="file format (default: from the extension)")
     p.add_argument("--label", default=None, help="CSV label column: header name or 0-based index")
     p.add_argument("--generate", choices=["toy"], help="generated data instead of a file (Kempka et al. 2019 §4.1)")
     p.add_argument("--n", type=int, default=5000, help="--generate: number of events")

@@ -6,8 +6,8 @@ import logging
 import sys
 
 from .errors import EXIT_DEAD_LETTERS, UsageError
-from .options import (add_kafka_options, add_learner_options, add_topic_options, kafka_settings, parse_params,
-                      registry_settings, topic_settings)
+from .options import (add_interaction_options, add_kafka_options, add_learner_options, add_topic_options,
+                      interactions_of, kafka_settings, parse_params, registry_settings, topic_settings)
 
 
 def input_limits(args) -> dict:
@@ -36,7 +36,8 @@ def run(args) -> int:
     from pipelines.config import LearnerConfig, RunConfig
 
     learner = LearnerConfig(args.learner or "scinol2", args.loss or "logistic", parse_params(args.param),
-                            args.n_classes, not args.no_bias, args.hash_bits, args.loss_param)
+                            args.n_classes, not args.no_bias, args.hash_bits, args.loss_param,
+                            interactions_of(args))
     try:
         learner.make()  # fail fast, with a one-line error, on a bad learner/loss/parameter
     except ValueError as exc:
@@ -116,6 +117,7 @@ def add_parser(sub) -> None:
     add_kafka_options(p, "the events topic (Avro Event records)")
     p.add_argument("--predictions-topic", required=True, help="where Prediction records go")
     add_learner_options(p)
+    add_interaction_options(p)
     p.add_argument("--n-classes", type=int, default=None, help="number of classes (softmax)")
     p.add_argument("--hash-bits", type=int, default=18, help="hash space of named features (default 18)")
     p.add_argument("--bounded", action="store_true",

@@ -8,9 +8,6 @@ import datetime
 import json
 import sys
 
-from pipelines.kafka.consumer import TopicMissing, read_topic
-from schemas.codec import Codec, DecodeError
-
 from .errors import UsageError
 from .options import add_bootstrap_option, add_client_options, kafka_settings, registry_settings
 
@@ -38,8 +35,10 @@ def _text(data: bytes | None):
         return "base64:" + base64.b64encode(data).decode()
 
 
-def _record(codec: Codec, msg) -> dict:
+def _record(codec, msg) -> dict:
     """The decoded record, or an error object: undecodable messages are shown, not skipped."""
+    from schemas.codec import DecodeError  # imported here: `scinol learn` starts without the codec
+
     try:
         return _plain(codec.decode(msg.value))
     except DecodeError as exc:
@@ -64,6 +63,9 @@ def tail(bootstrap: str, topic: str, *, fmt: str = "json", max_records: int | No
     in every partition) until ``max_records`` or ``timeout`` seconds without
     a new message (None: follow for ever). Returns the count printed."""
     out = out or sys.stdout
+    from pipelines.kafka.consumer import read_topic
+    from schemas.codec import Codec
+
     codec = Codec(registry)
     writer, count = None, 0
     for msg in read_topic(bootstrap, topic, start=start, limit=max_records, idle_timeout=timeout, config=kafka_config):
@@ -107,6 +109,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from pipelines.kafka.consumer import TopicMissing
+
     if args.offset is not None and args.offset < 0:
         raise UsageError(f"tail: --offset must be at least 0, not {args.offset}")
     try:

@@ -13,9 +13,10 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from learners import OnlineLearner
+from learners.interactions import NamespacedRows
 from learners.losses import losses_of, prepare_labels
 from pipelines.records.dead_letters import dead_letter
-from pipelines.records.events import event_rows
+from pipelines.records.events import learner_rows
 from pipelines.records.labels import PendingStore, Source, Waiting
 from pipelines.records.predictions import ProgressiveMetrics, labelled_prediction, millis, prediction_record, readings
 from pipelines.state.checkpoints import CheckpointStore
@@ -71,9 +72,9 @@ class ModelRunner:
         events = [e for _, e in items]
         if self.pending is not None:
             events = [self._with_early_label(e) for e in events]
-        indptr, indices, data, y = event_rows(events, self.learner.hasher)
+        rows, y = learner_rows(events, self.learner)
         version = self.learner.n_examples
-        scores, losses = self.learner.learn((indptr, indices, data), y, return_losses=True)
+        scores, losses = self.learner.learn(rows, y, return_losses=True)
         scores = scores.reshape(len(events), -1)
         now_ms = time.time() * 1000.0
         labelled = ~np.isnan(y)
@@ -82,7 +83,7 @@ class ModelRunner:
         out = [prediction_record(event, self.model, versions[i], row, prob[i], klass[i], losses[i], now_ms, pos)
                for i, ((pos, _), event, row) in enumerate(zip(items, events, scores.tolist()))]
         if self.pending is not None:
-            self._hold_unlabelled(items, events, out, scores, (indptr, indices, data))
+            self._hold_unlabelled(items, events, out, scores, rows)
         self._covered(items)
         self.metrics.count(scores, y, losses)
         self.events += len(items)
@@ -96,14 +97,16 @@ class ModelRunner:
         return event if early is None else {**event, "label": early.label}
 
     def _hold_unlabelled(self, items, events, records, scores, rows) -> None:
-        indptr, indices, data = rows
+        indptr, indices, data = rows[:3]
+        spaces = rows[3] if len(rows) > 3 else None  # namespaces, when the learner crosses features
         for i, event in enumerate(events):
             if event.get("label") is None:
                 lo, hi = indptr[i], indptr[i + 1]
                 self.pending.add_event(event["id"], Waiting(
                     int(millis(event["timestamp"])), records[i]["model_version"], records[i]["latency_ms"],
                     scores[i].copy(), indices[lo:hi].copy(), data[lo:hi].copy(), event.get("weight") or 1.0,
-                    Source(*items[i][0][:3], getattr(items[i][0], "key", None))))
+                    Source(*items[i][0][:3], getattr(items[i][0], "key", None)),
+                    None if spaces is None else spaces[lo:hi].copy()))
         self.pending.expire()
 
     def process_labels(self, items: list[tuple]) -> tuple[list[dict], list[bytes], list[dict]]:
@@ -133,8 +136,13 @@ class ModelRunner:
         indptr = np.concatenate([[0], np.cumsum([w.indices.shape[0] for w in rows])]).astype(np.int64)
         indices = np.concatenate([w.indices for w in rows]).astype(np.int64)
         data = np.concatenate([w.values for w in rows])
+        if self.learner.interactions:  # the rows again with their namespaces, to be crossed as on arrival
+            spaces = np.concatenate([w.namespaces for w in rows]).astype(np.uint8)
+            batch = NamespacedRows(indptr, indices, data, spaces)
+        else:
+            batch = (indptr, indices, data)
         y = prepare_labels(self.learner.loss, [m.label for m in matched], self.learner.n_classes or 1)
-        self.learner.learn((indptr, indices, data), y)
+        self.learner.learn(batch, y)
         scores = np.array([w.scores for w in rows])  # the predictions made when the events arrived
         losses = losses_of(self.learner.loss, y, scores, self.learner.loss_param)
         self.metrics.count(scores, y, losses)

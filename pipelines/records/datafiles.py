@@ -1,61 +1,37 @@
-"""Streaming readers for CSV and libsvm/svmlight files.
+"""Streaming readers for CSV, libsvm/svmlight and (:mod:`.vw_text`) Vowpal
+Wabbit text files.
 
 A reader turns a (possibly gzipped) file into CSR `Batch`es for an online
 learner and reports bad content as `DataError("path:line:column: message")`.
 
-Both readers keep the per-line hot path small: a row is converted with
-plain float()/int() calls, and only when that fails (or yields something
-suspicious) is the row re-checked slowly to produce the precise error and
-its column.  Batch arrays are built with numpy once per batch.
+The fast paths are compiled: libsvm lines through a parser over byte blocks
+(:mod:`.libsvm_parse`), CSV through pyarrow's streaming reader
+(:mod:`.csv_arrow`). Each hands anything it is not sure of to the Python
+path here, which reads it or raises the precise error with its column, so
+both paths give the same values, line numbers and messages.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
-import gzip
 import itertools
 import math
 import re
-import zlib
-from typing import Iterator, NamedTuple
+from typing import Iterator
 
 import numpy as np
+
+from .textbase import Batch, DataError, Reader, _indptr, _is_float, _line_text, _open_text, _read_errors, _RowBuffer
 
 __all__ = ["DataError", "Batch", "Reader", "CsvReader", "LibsvmReader",
            "guess_format", "open_reader"]
 
 _CSV_EXTS = (".csv", ".tsv")
 _LIBSVM_EXTS = (".libsvm", ".svm", ".svmlight", ".lsvm")
+_VW_EXTS = (".vw",)
 _MAX_INDEX = np.iinfo(np.int64).max
 _INT_RE = re.compile(r"\s*[+-]?\d+\s*")
-
-
-class DataError(ValueError):
-    """Bad input file content, located as path:line:column (1-based).
-
-    line/column are 0 when not applicable; a 0 part is left out of the
-    message, so str(e) is "path:line:col: msg", "path:line: msg" or
-    "path: msg".
-    """
-
-    def __init__(self, path, line: int, column: int, message: str):
-        self.path, self.line, self.column, self.message = str(path), line, column, message
-        where = self.path
-        if line:
-            where += f":{line}" + (f":{column}" if column else "")
-        super().__init__(f"{where}: {message}")
-
-    def __reduce__(self):  # keep picklable (e.g. across multiprocessing)
-        return (type(self), (self.path, self.line, self.column, self.message))
-
-
-class Batch(NamedTuple):
-    indptr: np.ndarray   # int64, len n+1
-    indices: np.ndarray  # int64 feature indices, sorted within each row
-    data: np.ndarray     # float64 values, exact zeros dropped
-    y: np.ndarray        # float64 labels, len n
-    lines: np.ndarray    # int64 1-based line number of each example
 
 
 def guess_format(path: str) -> str:
@@ -66,66 +42,28 @@ def guess_format(path: str) -> str:
         return "csv"
     if name.endswith(_LIBSVM_EXTS):
         return "libsvm"
+    if name.endswith(_VW_EXTS):
+        return "vw"
     raise DataError(path, 0, 0, "cannot guess the format from the extension; pass --format csv|libsvm")
 
 
-def open_reader(path, fmt=None, *, label=None, header="auto", delimiter=None) -> "Reader":
+def open_reader(path, fmt=None, *, label=None, header="auto", delimiter=None, hash_bits=18, hash_seed=0) -> "Reader":
+    """A reader for csv, libsvm or vw (Vowpal Wabbit text, names hashed with
+    hash_bits/hash_seed) files; the format from the extension if not given."""
     path = str(path)
     fmt = fmt or guess_format(path)
     if fmt == "csv":
         return CsvReader(path, label=label, header=header, delimiter=delimiter)
     if fmt == "libsvm":
         return LibsvmReader(path)  # label/header/delimiter do not apply
-    raise DataError(path, 0, 0, f"unknown format {fmt!r}; use csv or libsvm")
+    if fmt == "vw":
+        from .vw_text import VwReader
+
+        return VwReader(path, hash_bits, hash_seed)
+    raise DataError(path, 0, 0, f"unknown format {fmt!r}; use csv, libsvm or vw")
 
 
 # ----------------------------------------------------------------- helpers
-
-def _open_text(path: str, newline=None):
-    # utf-8-sig: a BOM (as written by Excel) must not end up in the first header name.
-    if path.lower().endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline=newline)
-    return open(path, encoding="utf-8-sig", newline=newline)
-
-
-@contextlib.contextmanager
-def _read_errors(path: str):
-    """Turn I/O and decoding failures (also those surfacing mid-file, e.g. a
-    truncated or non-gzip .gz) into DataError(path, 0, 0, "cannot read: ...")."""
-    try:
-        yield
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as e:
-        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
-        raise DataError(path, 0, 0, f"cannot read: {reason}") from e
-
-
-def _indptr(row_ids: np.ndarray, n: int) -> np.ndarray:
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row_ids, minlength=n), out=indptr[1:])
-    return indptr
-
-
-def _is_float(text: str) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
-
-
-class Reader:
-    """Common interface of CsvReader and LibsvmReader."""
-
-    path: str
-    feature_names: list[str] | None = None
-    n_features: int | None = None
-    label_name: str | int | None = None
-
-    def batches(self, batch_size: int = 4096) -> Iterator[Batch]:
-        raise NotImplementedError
-
-
-# --------------------------------------------------------------------- CSV
 
 class CsvReader(Reader):
     def __init__(self, path, *, label=None, header="auto", delimiter=None):
@@ -139,7 +77,7 @@ class CsvReader(Reader):
         self._delim = {"\\t": "\t", "tab": "\t"}.get(delimiter, delimiter)
 
         with contextlib.closing(self._records()) as records:
-            line, _, row = next(records)
+            line, first_end, row = next(records)
         n = len(row)
         if header == "auto":
             has_header = not all(_is_float(field) for field in row)
@@ -166,6 +104,7 @@ class CsvReader(Reader):
             col = names.index(label)
 
         self._n_fields, self._label_col, self._has_header = n, col, has_header
+        self._header_end = first_end if has_header else 0
         self._feature_cols = np.array([c for c in range(n) if c != col], dtype=np.int64)
         self._col_names = names if names is not None else list(range(n))  # for messages
         self.label_name = self._col_names[col]
@@ -189,13 +128,46 @@ class CsvReader(Reader):
             raise DataError(self.path, last + 1, 0, f"malformed CSV: {e}") from e
 
     def batches(self, batch_size: int = 4096) -> Iterator[Batch]:
+        """Through pyarrow's CSV reader while the file is plain
+        (:mod:`pipelines.records.csv_arrow`), from the first record it is
+        unsure of in Python."""
+        from .csv_arrow import Fallback
+
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        done = 0
+        try:
+            for batch in self._arrow_batches(batch_size):
+                yield batch
+                done += batch.y.shape[0]
+            return
+        except Fallback:
+            pass
+        yield from self._python_batches(batch_size, done)
+
+    def _arrow_batches(self, batch_size: int) -> Iterator[Batch]:
+        from .csv_arrow import arrow_rows
+
+        values, lines, count = [], [], 0
+        with _read_errors(self.path):
+            for chunk, chunk_lines in arrow_rows(self.path, self._delim, self._n_fields, self._header_end):
+                values.append(chunk)
+                lines.append(chunk_lines)
+                count += chunk.shape[0]
+                if count >= batch_size:
+                    table, numbers = np.concatenate(values), np.concatenate(lines)
+                    cut = count - count % batch_size
+                    for a in range(0, cut, batch_size):
+                        yield self._dense_batch(table[a:a + batch_size], numbers[a:a + batch_size])
+                    values, lines, count = [table[cut:]], [numbers[cut:]], count - cut
+        if count:
+            yield self._dense_batch(np.concatenate(values), np.concatenate(lines))
+
+    def _python_batches(self, batch_size: int, skip: int) -> Iterator[Batch]:
+        """The records after the header and the first ``skip`` ones, read in Python."""
         n = self._n_fields
         rows, lines = [], []
-        records = self._records()
-        if self._has_header:
-            records = itertools.islice(records, 1, None)
+        records = itertools.islice(self._records(), skip + self._has_header, None)
         for start, end, row in records:
             if len(row) != n:
                 raise DataError(self.path, start, 0, f"expected {n} fields, found {len(row)}")
@@ -216,11 +188,14 @@ class CsvReader(Reader):
             yield self._batch(rows, lines)
 
     def _batch(self, rows, lines) -> Batch:
-        dense = np.array(rows, dtype=np.float64).reshape(len(rows), self._n_fields)
+        return self._dense_batch(np.array(rows, dtype=np.float64).reshape(len(rows), self._n_fields),
+                                 np.array(lines, dtype=np.int64))
+
+    def _dense_batch(self, dense: np.ndarray, lines: np.ndarray) -> Batch:
         x = dense[:, self._feature_cols]
         r, c = np.nonzero(x)  # row-major order: indices come out sorted within rows
-        return Batch(_indptr(r, len(rows)), c.astype(np.int64), x[r, c],
-                     dense[:, self._label_col].copy(), np.array(lines, dtype=np.int64))
+        return Batch(_indptr(r, dense.shape[0]), c.astype(np.int64), x[r, c],
+                     dense[:, self._label_col].copy(), np.asarray(lines, dtype=np.int64))
 
     def _check_row(self, start, end, row) -> list[float]:
         for j, field in enumerate(row):
@@ -281,58 +256,71 @@ def _field_start(text: str, j: int, delim: str) -> int:
 # ------------------------------------------------------------------ libsvm
 
 class LibsvmReader(Reader):
+    """libsvm/svmlight text, parsed by the compiled block parser
+    (:mod:`pipelines.records.libsvm_parse`); a line it hands back is parsed
+    here in Python, which takes it or raises the located error."""
+
     def __init__(self, path):
         self.path = str(path)
         with _read_errors(self.path), _open_text(self.path) as f:
             f.read(1)  # surface open errors (missing file, not gzip, ...) now
 
     def batches(self, batch_size: int = 4096) -> Iterator[Batch]:
+        from .blocks import byte_blocks, line_end
+        from .libsvm_parse import DONE, PYTHON, ROWS_FULL, VALUES_FULL, parse_libsvm
+        from .numbers import POW5_HI, POW5_LO
+
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        ys, lines, counts, indices, values = [], [], [], [], []
-        with _read_errors(self.path), _open_text(self.path) as f:
-            for lineno, raw in enumerate(f, 1):
-                text = raw.partition("#")[0]
-                tokens = text.split()
-                if not tokens:
-                    continue
-                try:
-                    y = float(tokens[0])
-                    idx, val = [], []
-                    for token in tokens[1:]:
-                        k, _, v = token.partition(":")
-                        if k != "qid":
-                            idx.append(int(k))
-                            val.append(float(v))
-                    total = y + sum(val)
-                    ok = (total - total == 0 and len(set(idx)) == len(idx)
-                          and (not idx or (min(idx) >= 0 and max(idx) <= _MAX_INDEX)))
-                except ValueError:
-                    ok = False
-                if not ok:
-                    y, idx, val = _parse_libsvm_line(self.path, lineno, text)
-                ys.append(y)
-                lines.append(lineno)
-                counts.append(len(idx))
-                indices += idx
-                values += val
-                if len(ys) == batch_size:
-                    yield _libsvm_batch(ys, lines, counts, indices, values)
-                    ys, lines, counts, indices, values = [], [], [], [], []
-        if ys:
-            yield _libsvm_batch(ys, lines, counts, indices, values)
+        rows = _RowBuffer(batch_size)
+        line = 1
+        with _read_errors(self.path):
+            for block in byte_blocks(self.path):
+                pos = 0
+                while True:
+                    status, pos, line, rows.n = parse_libsvm(block, pos, line, rows.y, rows.lines, rows.indptr,
+                                                             rows.indices, rows.data, rows.n, POW5_HI, POW5_LO)
+                    if status == DONE:
+                        break
+                    if status == VALUES_FULL:
+                        rows.grow()
+                    elif status == PYTHON:
+                        text_end, next_pos = line_end(block, pos)
+                        parsed = _python_libsvm_row(self.path, line, _line_text(block, pos, text_end))
+                        pos = next_pos
+                        if parsed is not None:
+                            rows.append(line, *parsed)
+                        line += 1
+                    if status == ROWS_FULL or rows.n == batch_size:
+                        yield rows.take()
+        if rows.n:
+            yield rows.take()
 
 
-def _libsvm_batch(ys, lines, counts, indices, values) -> Batch:
-    n = len(ys)
-    rows = np.repeat(np.arange(n), counts)
-    ind = np.array(indices, dtype=np.int64)
-    val = np.array(values, dtype=np.float64)
-    keep = val != 0
-    rows, ind, val = rows[keep], ind[keep], val[keep]
-    order = np.lexsort((ind, rows))  # by row, then by index
-    return Batch(_indptr(rows, n), ind[order], val[order],
-                 np.array(ys, dtype=np.float64), np.array(lines, dtype=np.int64))
+def _python_libsvm_row(path, lineno, raw):
+    """(label, indices, values) of one line, sorted, zeros dropped; None if
+    blank; DataError at its first bad token."""
+    text = raw.partition("#")[0]
+    tokens = text.split()
+    if not tokens:
+        return None
+    try:
+        y = float(tokens[0])
+        idx, val = [], []
+        for token in tokens[1:]:
+            k, _, v = token.partition(":")
+            if k != "qid":
+                idx.append(int(k))
+                val.append(float(v))
+        total = y + sum(val)
+        ok = (total - total == 0 and len(set(idx)) == len(idx)
+              and (not idx or (min(idx) >= 0 and max(idx) <= _MAX_INDEX)))
+    except ValueError:
+        ok = False
+    if not ok:
+        y, idx, val = _parse_libsvm_line(path, lineno, text)
+    pairs = sorted((i, v) for i, v in zip(idx, val) if v != 0)
+    return y, [i for i, _ in pairs], [v for _, v in pairs]
 
 
 def _parse_libsvm_line(path, lineno, text):

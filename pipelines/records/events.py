@@ -14,6 +14,7 @@ import numpy as np
 
 from learners.datasets import toy_examples
 from learners.hashing import FeatureHasher
+from learners.interactions import DEFAULT_NAMESPACE, NamespacedRows, namespace_of
 
 
 def event_rows(events: list[dict], hasher: FeatureHasher):
@@ -48,6 +49,37 @@ def event_rows(events: list[dict], hasher: FeatureHasher):
             np.array(data, dtype=np.float64), y)
 
 
+def learner_rows(events: list[dict], learner):
+    """(rows, y) for ``learner.learn``: CSR rows, or namespaced rows (every
+    entry with its namespace, :mod:`learners.interactions`) when the learner
+    crosses features."""
+    if not learner.interactions:
+        indptr, indices, data, y = event_rows(events, learner.hasher)
+        return (indptr, indices, data), y
+    hasher = learner.hasher
+    indptr, indices, data, spaces = [0], [], [], []
+    y = np.empty(len(events))
+    for i, event in enumerate(events):
+        features = event["features"]
+        values = features["values"]
+        if isinstance(values, dict):
+            for name, value in values.items():
+                index, sign = hasher.slot(name)
+                indices.append(index)
+                data.append(sign * value)
+                spaces.append(namespace_of(name))
+        else:
+            indices.extend(features["indices"] if "indices" in features else range(len(values)))
+            data.extend(values)
+            spaces.extend([DEFAULT_NAMESPACE] * len(values))
+        indptr.append(len(indices))
+        label = event.get("label")
+        y[i] = math.nan if label is None else label
+    rows = NamespacedRows(np.array(indptr, dtype=np.int64), np.array(indices, dtype=np.int64),
+                          np.array(data, dtype=np.float64), np.array(spaces, dtype=np.uint8))
+    return rows, y
+
+
 def dense_events(X: np.ndarray, y, id_prefix: str, model: str = "default",
                  start_ms: int | None = None) -> Iterator[dict]:
     """One Event per row of X (labels y; NaN = unlabelled)."""
@@ -59,7 +91,13 @@ def dense_events(X: np.ndarray, y, id_prefix: str, model: str = "default",
 
 def file_events(reader, model: str = "default", passes: int = 1) -> Iterator[dict]:
     """Events from a :mod:`pipelines.records.datafiles` reader: CSV rows as dense
-    features, libsvm rows as sparse ones; ids ``<file>:<line>``."""
+    features, libsvm rows as sparse ones, VW text as named ones
+    (:func:`vw_events`); ids ``<file>:<line>``."""
+    from pipelines.records.vw_text import VwReader
+
+    if isinstance(reader, VwReader):
+        yield from vw_events(reader.path, model, passes)
+        return
     name = os.path.basename(reader.path)
     dense = reader.n_features is not None
     for p in range(passes):
@@ -77,6 +115,30 @@ def file_events(reader, model: str = "default", passes: int = 1) -> Iterator[dic
                     features = {"indices": idx.tolist(), "values": val.tolist()}
                 yield {"id": f"{name}:{int(batch.lines[i])}{suffix}", "timestamp": now, "model": model,
                        "features": features, "label": float(batch.y[i]), "weight": None}
+
+
+def vw_events(path: str, model: str = "default", passes: int = 1) -> Iterator[dict]:
+    """Events from a Vowpal Wabbit text file (:mod:`pipelines.records.vw_text`):
+    features as NamedFeatures (``ns^name``; a repeated name adds up), the
+    label, the importance weight (null when 1; weight 0, which VW learns
+    nothing from, makes the event unlabelled, since event weights are > 0).
+    The id is the VW tag when the line has one (VW reports tags with its
+    predictions; keep them unique), else ``<file>:<line>``."""
+    from pipelines.records.vw_text import vw_rows
+
+    name = os.path.basename(path)
+    for p in range(passes):
+        suffix = f"#{p}" if passes > 1 else ""
+        for lineno, row in vw_rows(path):
+            values: dict[str, float] = {}
+            for feature, value in row.features:
+                values[feature] = values[feature] + value if feature in values else value
+            label, weight = row.label, row.weight
+            if weight == 0:
+                label, weight = None, None
+            event_id = f"{row.tag}{suffix}" if row.tag is not None else f"{name}:{lineno}{suffix}"
+            yield {"id": event_id, "timestamp": int(time.time() * 1000), "model": model,
+                   "features": {"values": values}, "label": label, "weight": None if weight == 1 else weight}
 
 
 def generated_events(name: str, n: int, seed: int, model: str = "default") -> Iterator[dict]:

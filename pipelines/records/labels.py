@@ -61,6 +61,7 @@ class Waiting(NamedTuple):
     values: np.ndarray
     weight: float
     source: Source | None = None
+    namespaces: np.ndarray | None = None  # each entry's namespace, when the learner crosses features
 
 
 class EarlyLabel(NamedTuple):
@@ -209,6 +210,8 @@ class PendingStore:
         out["pending_event_indices"] = np.concatenate([w.indices for _, w in ev] or [[]]).astype(np.int64)
         out["pending_event_values"] = np.concatenate([w.values for _, w in ev] or [[]]).astype(np.float64)
         out.update(_sources([w.source for _, w in ev]))
+        if ev and ev[0][1].namespaces is not None:
+            out["pending_event_namespaces"] = np.concatenate([w.namespaces for _, w in ev]).astype(np.uint8)
         out.update(_ids("pending_label", [k for k, _ in lab]))
         out["pending_label"] = np.array([[e.ts_ms, e.label, e.weight] for _, e in lab], dtype=np.float64).reshape(-1, 3)
         out["pending_label_position"] = np.array([[e.message.partition, e.message.offset, e.message.timestamp_ms]
@@ -227,13 +230,15 @@ class PendingStore:
         store.event_clock, store.label_clock, store.expired_events = float(clocks[0]), float(clocks[1]), int(clocks[2])
         indptr, scores = arrays["pending_event_indptr"], arrays["pending_event_scores"]
         sources = _sources_back(arrays)
+        spaces = arrays.get("pending_event_namespaces")
         for i, event_id in enumerate(_names(arrays, "pending_event")):
             lo, hi = indptr[i], indptr[i + 1]
             store.events[event_id] = Waiting(int(arrays["pending_event_ts"][i]), int(arrays["pending_event_version"][i]),
                                              float(arrays["pending_event_latency"][i]), scores[i].copy(),
                                              arrays["pending_event_indices"][lo:hi].copy(),
                                              arrays["pending_event_values"][lo:hi].copy(),
-                                             float(arrays["pending_event_weight"][i]), sources[i])
+                                             float(arrays["pending_event_weight"][i]), sources[i],
+                                             None if spaces is None else spaces[lo:hi].copy())
         messages = _names(arrays, "pending_label_message", decode=False)
         rows = zip(_names(arrays, "pending_label"), arrays["pending_label"], arrays["pending_label_position"], messages)
         for event_id, (ts, label, weight), (partition, offset, kafka_ts), value in rows:

@@ -41,7 +41,8 @@ from learners.losses import loss_code, prepare_labels
 from learners.sharding import Shard, shards_of
 from learners.state import LearnerState
 
-from pipelines.records.events import event_rows
+from learners.interactions import expand
+from pipelines.records.events import event_rows, learner_rows
 from pipelines.kafka.consumer import KafkaMessage, StopRule
 from pipelines.records.predictions import ProgressiveMetrics, prediction_key, prediction_record, readings
 
@@ -72,8 +73,10 @@ class Router:
     """Sequence numbers and slices for one model's events."""
 
     def __init__(self, n_shards: int, hasher, bias: bool, seq: int = 0,
-                 offsets: dict[tuple[str, int], int] | None = None):
+                 offsets: dict[tuple[str, int], int] | None = None, interactions: tuple[str, ...] = ()):
         self.n_shards, self.hasher, self.bias = n_shards, hasher, bias
+        self.interactions = interactions
+        """Feature crosses (learners.interactions), made here before the features are split."""
         self.bias_shard = int(shards_of(np.zeros(1, dtype=np.int64), n_shards)[0])
         self.seq = seq
         self.offsets = dict(offsets or {})
@@ -92,7 +95,7 @@ class Router:
         per_shard: list[list[Slice]] = [[] for _ in range(self.n_shards)]
         if not items:
             return per_shard, skipped
-        indptr, indices, data, y = event_rows([e for _, e in items], self.hasher)
+        indptr, indices, data, y = self._rows([e for _, e in items])
         coords = indices + self.bias
         owner = shards_of(coords, self.n_shards)
         one = np.ones(1)
@@ -110,6 +113,13 @@ class Router:
                                           (pos, event) if s == 0 else None))
             self.offsets[(pos.topic, pos.partition)] = pos.offset + 1
         return per_shard, skipped
+
+
+    def _rows(self, events):
+        if not self.interactions:
+            return event_rows(events, self.hasher)
+        rows, y = learner_rows(events, self)
+        return (*expand(rows, self.interactions, self.hasher.bits, self.hasher.seed), y)
 
 
 class Flight(NamedTuple):

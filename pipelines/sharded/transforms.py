@@ -129,7 +129,8 @@ class RouteEvents(_Sharded, beam.DoFn):
             learner = self.cfg.learner.make()
             cut = self.cut(model)
             router = self.routers[model] = Router(self.cfg.shards, learner.hasher, learner.bias,
-                                                  cut.seq if cut else 0, cut.offsets if cut else None)
+                                                  cut.seq if cut else 0, cut.offsets if cut else None,
+                                                  interactions=learner.interactions)
         return router
 
     def process(self, element, routed=beam.DoFn.StateParam(ROUTED)):

@@ -125,3 +125,31 @@ def test_a_restart_keeps_the_events_waiting_for_labels(kafka_bootstrap, topic_na
     order = learning_order(predictions)
     assert sorted(order) == sorted(ids)
     assert_same_state(final.learner, reference_after(X, y, ids, order))
+
+
+def test_late_labels_with_crossed_namespaces_learn_the_crossed_features(kafka_bootstrap, topic_name, tmp_path):
+    """The waiting event keeps each feature's namespace, so its late label
+    learns the same crosses as an inline label would."""
+    from pipelines.config import LearnerConfig
+
+    rng = np.random.default_rng(3)
+    n = 300
+    events, rows, y = [], [], []
+    for i in range(n):
+        values = {f"a^x{j}": float(v) for j, v in enumerate(rng.normal(size=3))}
+        values.update({f"b^y{j}": float(v) for j, v in enumerate(rng.normal(size=2))})
+        label = 1.0 if values["a^x0"] * values["b^y1"] > 0 else -1.0
+        events.append({"id": f"e{i}", "timestamp": T0 + i, "model": "default", "features": {"values": values},
+                       "label": None, "weight": None})
+        rows.append(values)
+        y.append(label)
+    produce_events(kafka_bootstrap, topic_name, events, partitions=1, progress=False)
+    produce_labels(kafka_bootstrap, topic_name + ".labels", [(f"e{i}", y[i], T0 + n + i) for i in range(n)])
+    learner = LearnerConfig(interactions=("ab",))
+    cfg = config(kafka_bootstrap, topic_name, tmp_path, labels_topic=topic_name + ".labels", learner=learner)
+    run(cfg)
+    order = learning_order(read_records(kafka_bootstrap, cfg.predictions_topic, 2 * n, timeout=30))
+    want = make_learner("scinol2", "logistic", interactions=["ab"])
+    where = {f"e{i}": i for i in range(n)}
+    want.learn([rows[where[e]] for e in order], [y[where[e]] for e in order])
+    assert_same_state(CheckpointStore(cfg.checkpoint_dir).latest("default").learner, want)
