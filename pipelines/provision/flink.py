@@ -157,7 +157,8 @@ def maven_copy(coordinates: list[str], into: Path, *, exclude: tuple = (), trans
         try:
             run_client(cmd, registry="Maven Central", what=what, cwd=Path(work))
         except ProvisionError as exc:
-            if "Could not find artifact" in str(exc):
+            # Maven's words for "answered, not there" (the second when a miss is cached).
+            if "Could not find artifact" in str(exc) or "was not found in" in str(exc):
                 raise ArtifactNotServed(str(exc)) from None
             raise
 

@@ -148,7 +148,7 @@ class FlinkSessionCluster:
         raise ValueError(f"pid {pid} is not a TaskManager of this cluster (they are {self.taskmanager_pids()})")
 
     def add_taskmanager(self, timeout: float = 60.0) -> int:
-        """Start one more TaskManager; returns its pid once the JobManager has registered it."""
+        """Start one more TaskManager; returns its pid once the JobManager has registered it and its slots."""
         resource_id = self._start_taskmanager()
         self._wait_registered([resource_id], timeout)
         return self.taskmanagers[resource_id].pid
@@ -181,7 +181,9 @@ class FlinkSessionCluster:
                     raise FlinkClusterError(f"Flink {name} exited with status {proc.returncode} while starting"
                                             f"{self._log_tail(name)}")
             try:
-                missing = set(resource_ids) - {tm["id"] for tm in self.registered_taskmanagers()}
+                # Registered with all its slots (a TaskManager reports them after registering).
+                missing = set(resource_ids) - {tm["id"] for tm in self.registered_taskmanagers()
+                                               if tm.get("slotsNumber", 0) >= self.slots}
             except (urllib.error.URLError, OSError, ValueError):
                 pass  # REST endpoint not up yet
             if not missing:
