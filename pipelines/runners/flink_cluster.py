@@ -49,15 +49,18 @@ class FlinkSessionCluster:
       taskmanager_memory / jobmanager_memory: JVM process sizes (Flink's own
         defaults, 1.7 GB and 1.6 GB, are more than a 2-core test machine needs).
       restart_attempts / restart_delay: the fixed-delay restart strategy: a job
-        whose TaskManager died restarts from its last checkpoint.
+        whose TaskManager died restarts from its last checkpoint. Each attempt
+        fails at once while the job lacks slots, so attempts x delay must
+        cover starting a replacement TaskManager (10-30 s on a busy 2-core
+        machine); 5 attempts 2 s apart were seen to give up.
       conf: further Flink settings (flat keys), applied last.
       keep_dir: leave the folder (logs, checkpoints) after :meth:`stop`.
     """
 
     def __init__(self, taskmanagers: int = 2, slots: int = 1, *, flink_home: str | Path | None = None,
                  flink_version: str | None = None, checkpoint_dir: str | Path | None = None,
-                 taskmanager_memory: str = "1536m", jobmanager_memory: str = "1024m", restart_attempts: int = 3,
-                 restart_delay: str = "2 s", conf: dict | None = None, startup_timeout: float = 120.0,
+                 taskmanager_memory: str = "1536m", jobmanager_memory: str = "1024m", restart_attempts: int = 10,
+                 restart_delay: str = "5 s", conf: dict | None = None, startup_timeout: float = 120.0,
                  keep_dir: bool = False):
         if taskmanagers < 1 or slots < 1:
             raise ValueError(f"a cluster needs at least 1 TaskManager with 1 slot, got {taskmanagers} x {slots}")

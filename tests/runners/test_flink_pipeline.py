@@ -123,3 +123,44 @@ def test_provisioned_job_server_is_a_runnable_jar(flink_job_server_jar, bad):
     assert out.returncode != 0
     assert f'"--{bad}" is not a valid option' in out.stdout + out.stderr
     assert "FlinkJobServerDriver" in out.stdout + out.stderr
+
+
+class _EmitAndFinalize(beam.DoFn):
+    """Splittable over (marker folder, n): emits 0..n-1 and registers a
+    bundle finalizer that writes a file (what the Kafka source does to
+    commit offsets)."""
+
+    @beam.DoFn.unbounded_per_element()
+    def process(self, element, finalizer=beam.DoFn.BundleFinalizerParam,
+                tracker=beam.DoFn.RestrictionParam(_UpTo())):
+        folder = element[0]
+        position = tracker.current_restriction().start
+        while tracker.try_claim(position):
+            yield position
+            position += 1
+            if position % 5 == 0:  # return to the runner now and then, like the Kafka source
+                break
+        finalizer.register(lambda: open(f"{folder}/finalized-{position}", "w").close())
+        if position < tracker.current_restriction().stop:
+            tracker.defer_remainder()
+
+
+def test_embedded_flink_finalizes_bundles_after_a_checkpoint(flink_job_server_jar, tmp_path):
+    """Streaming on Flink: bundle finalizers (the Kafka source's offset
+    commits) run once a Flink checkpoint has completed. Flink's default
+    checkpoint storage in the embedded cluster holds 5 MB; buffered bundle
+    output larger than that fails every checkpoint, so bundles are finished
+    before each checkpoint (--finish_bundle_before_checkpointing)."""
+    args = flink_args(flink_job_server_jar, "[local]") + [
+        "--streaming", "--checkpointing_interval=500", "--finish_bundle_before_checkpointing"]
+    p = beam.Pipeline(options=PipelineOptions(args))
+    _ = p | beam.Create([(str(tmp_path), 20)]) | beam.ParDo(_EmitAndFinalize())
+    result = p.run()
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("finalized-*")) and time.monotonic() < deadline:
+            assert result.state not in ("FAILED", "DONE", "CANCELLED"), f"job ended: {result.state}"
+            time.sleep(0.5)
+        assert list(tmp_path.glob("finalized-*")), "no bundle finalizer ran within 120 s of checkpointing"
+    finally:
+        result.cancel()
