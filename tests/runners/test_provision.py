@@ -53,7 +53,7 @@ def _provision_in_child(part, log):
 
 def test_concurrent_provisioning_builds_once(tmp_path):
     part, log = tmp_path / "cache" / "thing", tmp_path / "builds.log"
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # fork would copy gRPC threads of earlier tests: SIGSEGV
     children = [ctx.Process(target=_provision_in_child, args=(part, log)) for _ in range(3)]
     for child in children:
         child.start()
