@@ -102,11 +102,12 @@ def require_tool(cmd: list[str], purpose: str) -> str:
 _UNREACHABLE = re.compile(
     r"(connection refused|connect timed out|read timed out|network is unreachable|no route to host|"
     r"name or service not known|temporary failure in name resolution|unknownhostexception|"
-    r"connection reset|remote host terminated the handshake|transfer failed)", re.IGNORECASE)
+    r"connection reset|remote host terminated the handshake|transfer failed|no such host|i/o timeout|"
+    r"cannot connect to proxy|timed out)", re.IGNORECASE)
 
 
 def run_client(cmd: list[str], *, registry: str, command: str, cwd: Path | None = None,
-               timeout: float = 1800) -> str:
+               env: dict | None = None, timeout: float = 1800) -> str:
     """Run a registry client (``mvn``, ``pip``, ...); its combined output.
 
     ``command`` is the short name of what was run (``mvn dependency:copy``)
@@ -114,7 +115,7 @@ def run_client(cmd: list[str], *, registry: str, command: str, cwd: Path | None 
     answered with an error, in the client's own words.
     """
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=timeout,
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout,
                               stdin=subprocess.DEVNULL)
     except FileNotFoundError:
         raise ProvisionError(f"{command} failed: {cmd[0]!r} is not installed (or not on PATH)") from None

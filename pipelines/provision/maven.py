@@ -56,8 +56,10 @@ def provision_maven(name: str, coordinates: list[str], exclude: tuple[str, ...] 
     return provision_part(cache_root() / name, build)
 
 
-def copy_dependencies(coordinates: list[str], into: Path, exclude: tuple[str, ...] = ()) -> None:
-    """Copy ``coordinates`` and their runtime dependencies into ``into``."""
+def copy_dependencies(coordinates: list[str], into: Path, exclude: tuple[str, ...] = (),
+                      transitive: bool = True) -> None:
+    """Copy ``coordinates`` and (``transitive``) their runtime dependencies into ``into``:
+    the one place that runs Maven."""
     for coordinate in coordinates:
         if not _COORDINATE.match(coordinate):
             raise ProvisionError(f"not a Maven coordinate (group:artifact:version): {coordinate!r}")
@@ -67,7 +69,8 @@ def copy_dependencies(coordinates: list[str], into: Path, exclude: tuple[str, ..
         Path(work, "pom.xml").write_text(minimal_pom(coordinates, exclude))
         # -U: retry what an earlier, failed attempt left marked as missing.
         cmd = ["mvn", "-q", "-B", "-U", "-Dstyle.color=never", f"-Dmaven.repo.local={local_repository()}",
-               f"{DEPENDENCY_PLUGIN}:copy-dependencies", f"-DoutputDirectory={into}", "-DincludeScope=runtime"]
+               f"{DEPENDENCY_PLUGIN}:copy-dependencies", f"-DoutputDirectory={into}", "-DincludeScope=runtime",
+               f"-DexcludeTransitive={'false' if transitive else 'true'}"]
         if os.environ.get(MIRROR_ENV):
             Path(work, "settings.xml").write_text(_mirror_settings(os.environ[MIRROR_ENV]))
             cmd[1:1] = ["-s", str(Path(work, "settings.xml"))]

@@ -1,0 +1,285 @@
+"""A Flink session cluster on loopback: one JobManager and N TaskManagers,
+started from the provisioned Flink distribution (:mod:`pipelines.provision.flink`).
+
+    with FlinkSessionCluster(taskmanagers=2) as cluster:
+        run the pipeline with --runner=FlinkRunner --flink_master=cluster.master
+        cluster.kill_taskmanager(cluster.taskmanager_pids()[0])   # failover
+        cluster.add_taskmanager()
+
+Each process is ``bin/jobmanager.sh start-foreground`` or
+``bin/taskmanager.sh start-foreground`` (the scripts ``exec`` into the JVM,
+so the child's pid is the JVM's), with its own configuration folder
+(``FLINK_CONF_DIR``) in a temporary folder that also holds the logs, pid
+files and checkpoints. The JVMs get SIGTERM when the process that started
+them dies (Linux ``PR_SET_PDEATHSIG``), so an interrupted test leaves none
+behind; :meth:`FlinkSessionCluster.stop` ends them in order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+HOST = "localhost"
+
+
+class FlinkClusterError(RuntimeError):
+    """The cluster could not be started or stopped; the message ends with its logs' tail."""
+
+
+class FlinkSessionCluster:
+    """A JobManager and ``taskmanagers`` TaskManagers on loopback.
+
+    Args:
+      taskmanagers: how many TaskManagers to start.
+      slots: task slots per TaskManager.
+      flink_home: a Flink distribution; default: provisioned (``flink_version``).
+      checkpoint_dir: where Flink writes checkpoints; default: inside the cluster's folder.
+      taskmanager_memory / jobmanager_memory: JVM process sizes (Flink's own
+        defaults, 1.7 GB and 1.6 GB, are more than a 2-core test machine needs).
+      restart_attempts / restart_delay: the fixed-delay restart strategy: a job
+        whose TaskManager died restarts from its last checkpoint. Each attempt
+        fails at once while the job lacks slots, so attempts x delay must
+        cover starting a replacement TaskManager (10-30 s on a busy 2-core
+        machine); 5 attempts 2 s apart were seen to give up.
+      conf: further Flink settings (flat keys), applied last.
+      keep_dir: leave the folder (logs, checkpoints) after :meth:`stop`.
+    """
+
+    def __init__(self, taskmanagers: int = 2, slots: int = 1, *, flink_home: str | Path | None = None,
+                 flink_version: str | None = None, checkpoint_dir: str | Path | None = None,
+                 taskmanager_memory: str = "1536m", jobmanager_memory: str = "1024m", restart_attempts: int = 10,
+                 restart_delay: str = "5 s", conf: dict | None = None, startup_timeout: float = 120.0,
+                 keep_dir: bool = False):
+        if taskmanagers < 1 or slots < 1:
+            raise ValueError(f"a cluster needs at least 1 TaskManager with 1 slot, got {taskmanagers} x {slots}")
+        self.taskmanagers_wanted, self.slots = taskmanagers, slots
+        self.flink_home = Path(flink_home) if flink_home else None
+        self.flink_version = flink_version
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.taskmanager_memory, self.jobmanager_memory = taskmanager_memory, jobmanager_memory
+        self.restart_attempts, self.restart_delay = restart_attempts, restart_delay
+        self.extra_conf = dict(conf or {})
+        self.startup_timeout = startup_timeout
+        self.keep_dir = keep_dir
+        self.dir: Path | None = None
+        self.rest_port: int | None = None
+        self.jobmanager: subprocess.Popen | None = None
+        self.taskmanagers: dict[str, subprocess.Popen] = {}  # resource id -> process
+        self._next_tm = 0
+        self.started_in: float | None = None  # seconds from start() to all TaskManagers registered
+
+    # ------------------------------------------------------------------ addresses
+
+    @property
+    def master(self) -> str:
+        """``host:port`` of the REST endpoint: Beam's ``--flink_master``."""
+        return f"{HOST}:{self.rest_port}"
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://{HOST}:{self.rest_port}"
+
+    # ------------------------------------------------------------------ start / stop
+
+    def start(self) -> "FlinkSessionCluster":
+        began = time.monotonic()
+        if self.flink_home is None:
+            from pipelines.provision.flink import DEFAULT_FLINK_VERSION, provision_flink
+
+            self.flink_home = provision_flink(self.flink_version or DEFAULT_FLINK_VERSION)
+        self.dir = Path(tempfile.mkdtemp(prefix="scinol-flink-"))
+        try:
+            self._write_conf()
+            self.jobmanager = self._spawn("jobmanager", ["jobmanager.sh", "start-foreground"])
+            ids = [self._start_taskmanager() for _ in range(self.taskmanagers_wanted)]
+            self._wait_registered(ids, self.startup_timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.started_in = time.monotonic() - began
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """TaskManagers first, then the JobManager: SIGTERM, then SIGKILL after ``timeout``."""
+        procs = list(self.taskmanagers.values()) + ([self.jobmanager] if self.jobmanager else [])
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.taskmanagers, self.jobmanager = {}, None
+        if self.dir is not None and not self.keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "FlinkSessionCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ TaskManagers
+
+    def taskmanager_pids(self) -> list[int]:
+        """Pids of the TaskManager JVMs that are alive."""
+        return [p.pid for p in self.taskmanagers.values() if p.poll() is None]
+
+    def kill_taskmanager(self, pid: int) -> None:
+        """kill -9 one TaskManager (a crash, for failover tests)."""
+        for resource_id, proc in list(self.taskmanagers.items()):
+            if proc.pid == pid:
+                proc.kill()
+                proc.wait()
+                del self.taskmanagers[resource_id]
+                return
+        raise ValueError(f"pid {pid} is not a TaskManager of this cluster (they are {self.taskmanager_pids()})")
+
+    def add_taskmanager(self, timeout: float = 60.0) -> int:
+        """Start one more TaskManager; returns its pid once the JobManager has registered it and its slots."""
+        resource_id = self._start_taskmanager()
+        self._wait_registered([resource_id], timeout)
+        return self.taskmanagers[resource_id].pid
+
+    def registered_taskmanagers(self) -> list[dict]:
+        """The JobManager's view (``GET /taskmanagers``): id, slots, ..."""
+        return self.rest("/taskmanagers")["taskmanagers"]
+
+    def rest(self, path: str, timeout: float = 5.0):
+        with urllib.request.urlopen(self.rest_url + path, timeout=timeout) as resp:
+            return json.load(resp)
+
+    def jobs(self) -> list[dict]:
+        """``GET /jobs/overview``: each job's id, name, state, start/end time."""
+        return self.rest("/jobs/overview")["jobs"]
+
+    def _start_taskmanager(self) -> str:
+        resource_id = f"scinol-tm-{self._next_tm}"
+        self._next_tm += 1
+        self.taskmanagers[resource_id] = self._spawn(
+            resource_id, ["taskmanager.sh", "start-foreground", "-D", f"taskmanager.resource-id={resource_id}"])
+        return resource_id
+
+    def _wait_registered(self, resource_ids: list[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        missing = set(resource_ids)
+        while True:
+            for name, proc in [("jobmanager", self.jobmanager), *((r, self.taskmanagers[r]) for r in resource_ids)]:
+                if proc.poll() is not None:
+                    raise FlinkClusterError(f"Flink {name} exited with status {proc.returncode} while starting"
+                                            f"{self._log_tail(name)}")
+            try:
+                # Registered with all its slots (a TaskManager reports them after registering).
+                missing = set(resource_ids) - {tm["id"] for tm in self.registered_taskmanagers()
+                                               if tm.get("slotsNumber", 0) >= self.slots}
+            except (urllib.error.URLError, OSError, ValueError):
+                pass  # REST endpoint not up yet
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                name = sorted(missing)[0]
+                raise FlinkClusterError(f"Flink TaskManagers {sorted(missing)} did not register with the "
+                                        f"JobManager at {self.rest_url} within {timeout:.0f} s"
+                                        f"{self._log_tail(name)}{self._log_tail('jobmanager')}")
+            time.sleep(0.25)
+
+    # ------------------------------------------------------------------ processes and configuration
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+        env = {**os.environ, "FLINK_CONF_DIR": str(self.dir / "conf"), "FLINK_LOG_DIR": str(self.dir / "log"),
+               "FLINK_PID_DIR": str(self.dir / "pid"), "FLINK_IDENT_STRING": name}
+        log = open(self.dir / "log" / f"{name}.out", "ab")
+        try:
+            return subprocess.Popen([str(self.flink_home / "bin" / argv[0]), *argv[1:]], env=env, stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=_die_with_parent)
+        finally:
+            log.close()
+
+    def _write_conf(self) -> None:
+        for sub in ("conf", "log", "pid"):
+            (self.dir / sub).mkdir()
+        checkpoints = self.checkpoint_dir or self.dir / "checkpoints"
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        home_conf = self.flink_home / "conf"
+        defaults = {}
+        for name in ("config.yaml", "flink-conf.yaml"):  # Flink >= 1.19 / older
+            if (home_conf / name).is_file():
+                defaults = _flatten(yaml.safe_load((home_conf / name).read_text()) or {})
+                break
+        self.rest_port = _free_port()
+        conf = {
+            **defaults,  # keeps env.java.opts.all: the --add-opens Java 17 needs
+            "jobmanager.rpc.address": HOST, "jobmanager.bind-host": HOST, "jobmanager.rpc.port": _free_port(),
+            "jobmanager.memory.process.size": self.jobmanager_memory,
+            "taskmanager.host": HOST, "taskmanager.bind-host": HOST,
+            "taskmanager.numberOfTaskSlots": self.slots,
+            "taskmanager.memory.process.size": self.taskmanager_memory,
+            # Beam's operators keep their state on the heap (hashmap backend);
+            # managed memory only serves batch sorting: keep it small.
+            "taskmanager.memory.managed.size": "128m",
+            "rest.address": HOST, "rest.bind-address": HOST, "rest.port": self.rest_port,
+            "state.backend.type": "hashmap",
+            "state.checkpoints.dir": checkpoints.resolve().as_uri(),
+            "state.savepoints.dir": (self.dir / "savepoints").resolve().as_uri(),
+            "restart-strategy.type": "fixed-delay",
+            "restart-strategy.fixed-delay.attempts": self.restart_attempts,
+            "restart-strategy.fixed-delay.delay": self.restart_delay,
+            # A TaskManager killed with -9 is noticed in seconds, not Flink's default 50.
+            "heartbeat.interval": 2000, "heartbeat.timeout": 10000,
+            **self.extra_conf,
+        }
+        (self.dir / "conf" / "config.yaml").write_text(yaml.safe_dump(conf, default_flow_style=False))
+        for name in ("log4j-console.properties", "logback-console.xml"):
+            if (home_conf / name).is_file():
+                shutil.copy(home_conf / name, self.dir / "conf" / name)
+
+    def _log_tail(self, name: str, lines: int = 15) -> str:
+        try:
+            text = (self.dir / "log" / f"{name}.out").read_text(errors="replace").splitlines()
+        except (OSError, TypeError):
+            return ""
+        return f"\n--- last lines of {name}'s log ---\n" + "\n".join(text[-lines:])
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent dies (Linux
+    prctl PR_SET_PDEATHSIG, kept across exec); elsewhere nothing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass

@@ -1,0 +1,74 @@
+"""The Flink session cluster: up with 2 TaskManagers, a TaskManager killed
+with -9 and another added, and down with no JVM left behind."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from pipelines.runners.flink_cluster import FlinkClusterError, FlinkSessionCluster
+
+
+def jvms_of(folder: Path) -> list[int]:
+    """Pids of live processes whose command line mentions the cluster's folder
+    (its JVMs all get -Dlog.file and the configuration folder from there)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            state = next(ln for ln in (proc / "status").read_text().splitlines() if ln.startswith("State:"))
+        except (OSError, StopIteration):
+            continue
+        if str(folder).encode() in cmdline and "zombie" not in state:
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_cluster_up_failover_and_down(flink_home):
+    cluster = FlinkSessionCluster(taskmanagers=2, flink_home=flink_home)
+    with cluster:
+        print(f"\nsession cluster with 2 TaskManagers up in {cluster.started_in:.1f} s")
+        folder = cluster.dir
+        registered = {tm["id"] for tm in cluster.registered_taskmanagers()}
+        assert registered == {"scinol-tm-0", "scinol-tm-1"}
+        assert sum(tm["slotsNumber"] for tm in cluster.registered_taskmanagers()) == 2
+        pids = cluster.taskmanager_pids()
+        assert len(pids) == 2 and cluster.jobmanager.pid not in pids
+        assert set(pids) | {cluster.jobmanager.pid} <= set(jvms_of(folder))
+
+        victim = pids[0]
+        cluster.kill_taskmanager(victim)
+        assert cluster.taskmanager_pids() == pids[1:]
+        assert not Path(f"/proc/{victim}").exists() or victim not in jvms_of(folder)
+        with pytest.raises(ValueError, match="not a TaskManager"):
+            cluster.kill_taskmanager(victim)
+
+        new_pid = cluster.add_taskmanager()
+        assert new_pid in cluster.taskmanager_pids() and len(cluster.taskmanager_pids()) == 2
+        assert "scinol-tm-2" in {tm["id"] for tm in cluster.registered_taskmanagers()}
+    began = time.monotonic()
+    deadline = began + 10
+    while jvms_of(folder) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert jvms_of(folder) == []
+    assert not folder.exists()
+
+
+def test_startup_failure_names_the_cause_and_leaves_nothing(flink_home):
+    cluster = FlinkSessionCluster(taskmanagers=1, flink_home=flink_home, taskmanager_memory="100m",
+                                  startup_timeout=60)
+    with pytest.raises(FlinkClusterError) as caught:
+        cluster.start()
+    message = str(caught.value)
+    assert "scinol-tm-0" in message and "last lines of" in message
+    assert cluster.dir is not None and not cluster.dir.exists()
+    assert cluster.jobmanager is None and cluster.taskmanager_pids() == []
+
+
+def test_rejects_an_empty_cluster():
+    with pytest.raises(ValueError, match="at least 1 TaskManager"):
+        FlinkSessionCluster(taskmanagers=0)
