@@ -10,6 +10,8 @@ import pytest
 
 from pipelines.runners.flink_cluster import FlinkClusterError, FlinkSessionCluster
 
+pytestmark = pytest.mark.flink
+
 
 def jvms_of(folder: Path) -> list[int]:
     """Pids of live processes whose command line mentions the cluster's folder

@@ -21,6 +21,8 @@ from apache_beam.transforms.window import GlobalWindow
 
 from pipelines.provision.flink import DEFAULT_FLINK_VERSION
 
+pytestmark = pytest.mark.flink
+
 COUNTS = {"a": 50, "b": 30, "c": 1}
 
 

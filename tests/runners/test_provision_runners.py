@@ -14,6 +14,8 @@ import pytest
 from pipelines.provision import cache
 from pipelines.provision.cache import ProvisionError
 
+pytestmark = pytest.mark.flink
+
 
 @pytest.fixture
 def no_clients(monkeypatch):
