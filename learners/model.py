@@ -26,7 +26,7 @@ from .inputs import CSRBatch, as_batch
 from .interactions import NamespacedRows, crossed_batch, normalize_interactions
 from .losses import BINARY_LOSSES, DEFAULT_LOSS_PARAM, loss_code, prepare_labels, probabilities
 from .registry import make_algorithm
-from .state import StateFileError, load_state_with_aux, save_state
+from .state import StateFileError, load_state_with_aux, save_state, state_bytes
 
 
 _NO_INDICES = np.empty(0, dtype=np.int64)
@@ -229,16 +229,23 @@ class OnlineLearner:
         except (KeyError, TypeError, ValueError) as exc:
             raise StateFileError(f"{where}: header does not describe a learner ({exc})") from None
 
+    def to_bytes(self, extra: dict | None = None, aux: dict | None = None) -> bytes:
+        """What :meth:`save` writes, as bytes (:meth:`load` reads them back)."""
+        self._ensure_state(0)
+        return state_bytes(self.state, {**(extra or {}), **self.header()}, aux)
+
     @classmethod
-    def load(cls, path: str) -> "OnlineLearner":
+    def load(cls, path: str | bytes) -> "OnlineLearner":
+        """A model from a file written by :meth:`save` (or the bytes of :meth:`to_bytes`)."""
         state, meta, aux = load_state_with_aux(path)
-        model = cls.from_header(meta, path)
+        where = path if isinstance(path, str) else "(in memory)"
+        model = cls.from_header(meta, where)
         try:
             model.algorithm.check_state(state, model.n_outputs)
         except ValueError as exc:
-            raise StateFileError(f"{path}: {exc}") from None
+            raise StateFileError(f"{where}: {exc}") from None
         if not all(math.isfinite(v) for v in state.scalars.values()):
-            raise StateFileError(f"{path}: non-finite global scalar")
+            raise StateFileError(f"{where}: non-finite global scalar")
         if meta.get("classes") is not None:
             model.classes_ = np.array(meta["classes"])
         model.state = state

@@ -80,6 +80,27 @@ def save_state(path: str, state: LearnerState, header: dict, aux: dict[str, np.n
     """Write atomically: a temp file in the same directory, then rename.
     ``aux``: more numeric arrays kept with the state (e.g. a pipeline's
     events awaiting labels), of any length, under names of their own."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".scinol", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            write_state(raw, state, header, aux)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def state_bytes(state: LearnerState, header: dict, aux: dict[str, np.ndarray] | None = None) -> bytes:
+    """The state file's bytes, in memory (e.g. to keep a model in a runner's state store)."""
+    buf = io.BytesIO()
+    write_state(buf, state, header, aux)
+    return buf.getvalue()
+
+
+def write_state(raw, state: LearnerState, header: dict, aux: dict[str, np.ndarray] | None = None) -> None:
+    """The state file format, written to the binary file object ``raw``."""
     aux = aux or {}
     clash = set(aux) & set(state.arrays)
     if clash:
@@ -93,20 +114,12 @@ def save_state(path: str, state: LearnerState, header: dict, aux: dict[str, np.n
         "arrays": _specs(state.arrays),
         "aux_arrays": _specs(aux),
     }
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".scinol", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED) as zf:
-            zf.writestr("header.json", json.dumps(meta, indent=1, sort_keys=True))
-            for name, arr in {**state.arrays, **aux}.items():
-                buf = io.BytesIO()
-                np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
-                zf.writestr(f"{name}.npy", buf.getvalue())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("header.json", json.dumps(meta, indent=1, sort_keys=True))
+        for name, arr in {**state.arrays, **aux}.items():
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
+            zf.writestr(f"{name}.npy", buf.getvalue())
 
 
 def load_state(path: str, max_bytes: int = MAX_STATE_BYTES) -> tuple[LearnerState, dict]:
@@ -116,8 +129,9 @@ def load_state(path: str, max_bytes: int = MAX_STATE_BYTES) -> tuple[LearnerStat
     return state, meta
 
 
-def load_state_with_aux(path: str, max_bytes: int = MAX_STATE_BYTES) -> tuple[LearnerState, dict, dict]:
-    """Read and validate a state file; returns the state, its header and its aux arrays.
+def load_state_with_aux(path: str | bytes, max_bytes: int = MAX_STATE_BYTES) -> tuple[LearnerState, dict, dict]:
+    """Read and validate a state file (a path, or its bytes); returns the
+    state, its header and its aux arrays.
 
     Untrusted input is expected: nothing is unpickled or extracted (members
     are read by name into memory), every member must be stored uncompressed
@@ -126,8 +140,10 @@ def load_state_with_aux(path: str, max_bytes: int = MAX_STATE_BYTES) -> tuple[Le
     numbers, each ``.npy`` header must agree with ``header.json`` before its
     data is read, and the arrays together may not exceed ``max_bytes``.
     Anything else is a :class:`StateFileError` naming the problem."""
+    source = io.BytesIO(path) if isinstance(path, bytes) else path
+    path = "(in memory)" if isinstance(path, bytes) else path
     try:
-        zf = zipfile.ZipFile(path)
+        zf = zipfile.ZipFile(source)
     except (OSError, zipfile.BadZipFile, ValueError, EOFError) as exc:
         raise StateFileError(f"{path}: not a readable scinol model file ({exc})") from None
     with zf:

@@ -78,8 +78,12 @@ def pipeline_options(cfg: RunConfig) -> tuple[PipelineOptions, object]:
     explicitly: the FnApiRunner unless ``--runner`` says otherwise (the
     DirectRunner would first try to download Prism, which cannot work here)."""
     options = PipelineOptions(cfg.beam_args)
-    options.view_as(StandardOptions).streaming = not cfg.bounded
-    runner_name = options.view_as(StandardOptions).runner
+    standard = options.view_as(StandardOptions)
+    runner_name = standard.runner
+    # Sharded mode's feedback loop needs pipelined exchanges: a runner that
+    # runs a bounded pipeline stage by stage (Flink's batch mode) would wait
+    # for feedback that the next stage has not begun to make.
+    standard.streaming = standard.streaming or not cfg.bounded or (cfg.shards is not None and bool(runner_name))
     if runner_name:
         return options, runner_name
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -99,6 +103,15 @@ def build(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint) -> None:
 
 
 def run(cfg: RunConfig):
+    """Run the pipeline to its end; the runner's result."""
+    result = start(cfg)
+    result.wait_until_finish()
+    return result
+
+
+def start(cfg: RunConfig):
+    """Start the pipeline and return at once with the runner's result (on a
+    runner that runs it elsewhere, e.g. Flink; in-process runners finish first)."""
     cfg.check()
     admin = KafkaAdmin(cfg.bootstrap, cfg.kafka_config)
     admin.wait_until_ready(cfg.connect_timeout, say=log.warning)
@@ -109,9 +122,7 @@ def run(cfg: RunConfig):
     options, runner = pipeline_options(cfg)
     p = beam.Pipeline(runner=runner, options=options)
     build(p, cfg, point)
-    result = p.run()
-    result.wait_until_finish()
-    return result
+    return p.run()
 
 
 class RunSummary(NamedTuple):

@@ -30,23 +30,50 @@ class LabelSettings(NamedTuple):
 
 
 class ModelRunner:
+    """One model; it starts from ``snapshot`` (bytes of :meth:`snapshot`,
+    kept by the runner's state store) when given, else from the newest
+    checkpoint in ``store``, else fresh."""
+
     def __init__(self, model: str, make_learner: Callable[[], OnlineLearner], store: CheckpointStore | None = None,
                  every_events: int | None = None, every_seconds: float | None = None,
-                 labels: LabelSettings | None = None):
+                 labels: LabelSettings | None = None, snapshot: bytes | None = None):
         self.model, self.store, self.labels = model, store, labels
         self.every_events, self.every_seconds = every_events, every_seconds
-        ckpt = store.latest(model) if store is not None else None
-        self.learner = ckpt.learner if ckpt else make_learner()
-        self.offsets: dict[tuple[str, int], int] = dict(ckpt.offsets) if ckpt else {}
-        """Next offset per (topic, partition), events and labels topics, that the state covers."""
-        self.events = ckpt.event_count if ckpt else 0
-        self.labels_learned = int(ckpt.learner.loaded_header.get("labels_learned", 0)) if ckpt else 0
-        self.restored_from = ckpt.path if ckpt else None
-        self.pending = self._pending(ckpt.learner.loaded_aux if ckpt else {})
-        self.metrics = ProgressiveMetrics(self.learner.loss)
-        self._since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         self._last_manifest: dict | None = None
+        if snapshot is not None:
+            learner = OnlineLearner.load(snapshot)
+            self._start(learner, learner.loaded_header.get("checkpointed"))
+            self.generation = int(learner.loaded_header["generation"])
+            return
+        ckpt = store.latest(model) if store is not None else None
+        self._start(ckpt.learner if ckpt else make_learner(), ckpt.path if ckpt else None)
+        self.generation = 0
+
+    def _start(self, learner: OnlineLearner, checkpointed: str | None) -> None:
+        header = learner.loaded_header
+        self.learner = learner
+        self.offsets: dict[tuple[str, int], int] = {(o["topic"], int(o["partition"])): int(o["offset"])
+                                                    for o in header.get("offsets", [])}
+        """Next offset per (topic, partition), events and labels topics, that the state covers."""
+        self.events = int(header.get("event_count", 0))
+        self.labels_learned = int(header.get("labels_learned", 0))
+        self.restored_from = checkpointed
+        """The newest checkpoint file of this model's state (None: none yet)."""
+        self.pending = self._pending(learner.loaded_aux)
+        self.metrics = ProgressiveMetrics(learner.loss, **header.get("metrics", {}))
+        self._since_checkpoint = int(header.get("since_checkpoint", 0))
+
+    def snapshot(self) -> bytes:
+        """The whole of this model's state (learner, position, events awaiting
+        labels, metrics) as bytes, for a runner's state store."""
+        extra = {"model": self.model, "event_count": self.events, "labels_learned": self.labels_learned,
+                 "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.offsets.items())],
+                 "metrics": self.metrics.as_dict(), "since_checkpoint": self._since_checkpoint,
+                 "checkpointed": (self._last_manifest or {}).get("uri") or self.restored_from,
+                 "generation": self.generation}
+        aux = self.pending.to_arrays() if self.pending is not None else None
+        return self.learner.to_bytes(extra, aux)
 
     def _pending(self, aux: dict) -> PendingStore | None:
         if self.labels is None:

@@ -22,7 +22,7 @@ import time
 import uuid
 
 import apache_beam as beam
-from apache_beam.coders import VarIntCoder
+from apache_beam.coders import Coder, VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
@@ -40,6 +40,24 @@ from .model_runner import LabelSettings, ModelRunner
 
 log = logging.getLogger(__name__)
 
+class ModelSnapshotCoder(Coder):
+    """A model in the runner's state store: written as the live
+    :class:`ModelRunner` (encoded by :meth:`ModelRunner.snapshot` when the
+    bundle commits), read back as those bytes."""
+
+    def encode(self, value) -> bytes:
+        return value if isinstance(value, bytes) else value.snapshot()
+
+    def decode(self, encoded: bytes) -> bytes:
+        return encoded
+
+    def is_deterministic(self) -> bool:
+        return False
+
+    def to_type_hint(self):
+        return bytes
+
+
 class LearnModels(beam.DoFn):
     """Stateful, keyed by model name: one :class:`ModelRunner` per model, so
     each model sees its events in arrival (offset) order. Produces the
@@ -47,15 +65,21 @@ class LearnModels(beam.DoFn):
     ModelCheckpoint headers (tag ``checkpoints``) every N events / T seconds
     and when the input ends.
 
-    The model lives in worker memory; its durability is the checkpoint plus
-    the Kafka offsets it covers: a restarted pipeline resumes
-    from there. A checkpoint is written only after the predictions it covers
-    are acknowledged by Kafka (flush first), so a crash at any moment loses
-    no prediction; predictions made after the last checkpoint are made again
-    on restart (at-least-once), updates are applied exactly once."""
+    Each model is kept in the key's Beam state (the model, the offsets it
+    covers, the events awaiting labels; encoded once per bundle) and worked
+    on in memory. A runner that snapshots state and source together (Flink)
+    restores the model with the input position after a failover; the
+    FnApiRunner keeps state for one run only. The checkpoint files are the
+    durability across runs: a new run resumes from them and the offsets they
+    cover. A checkpoint is written only after the predictions it covers are
+    acknowledged by Kafka (flush first), so a crash at any moment loses no
+    prediction; predictions made after the last checkpoint (or runner
+    snapshot) are made again on restart (at-least-once), updates are applied
+    exactly once."""
 
     CHECKPOINTS = "checkpoints"
-    EVENTS = ReadModifyWriteStateSpec("events", VarIntCoder())
+    MODEL = ReadModifyWriteStateSpec("model", ModelSnapshotCoder())
+    GENERATION = ReadModifyWriteStateSpec("generation", VarIntCoder())
     END = TimerSpec("end", TimeDomain.WATERMARK)
     """Set at the end of the global window: fires when the input is done, for
     runs that end (bounded, or unbounded with a stop). The FnApiRunner fires
@@ -87,21 +111,43 @@ class LearnModels(beam.DoFn):
         warm = cfg.learner.make()
         warm.learn([{}], [float("nan")])
 
-    def _runner(self, model: str) -> ModelRunner:
+    def _runner(self, model: str, saved, generation) -> ModelRunner:
+        """This key's model: the one in memory if it is the newest the state
+        store holds (same generation), else the store's (a restored job, or
+        a runner that gave the key to another instance meanwhile), else the
+        newest checkpoint file, else fresh."""
         runner = self.runners.get(model)
-        if runner is None:
+        if runner is not None and runner.generation == (generation.read() or 0):
+            return runner
+        stored = saved.read()
+        if isinstance(stored, ModelRunner):  # this process's own object, from the state cache
+            runner = stored
+        else:
             cfg = self.cfg
             labels = LabelSettings(cfg.labels_topic, cfg.label_ttl * 1000.0, cfg.max_pending) if cfg.labels_topic \
                 else None
-            runner = self.runners[model] = ModelRunner(model, cfg.learner.make, self.store, cfg.checkpoint_every,
-                                                       cfg.checkpoint_seconds, labels)
-            if runner.restored_from:
+            runner = ModelRunner(model, cfg.learner.make, self.store, cfg.checkpoint_every, cfg.checkpoint_seconds,
+                                 labels, snapshot=stored)
+            if stored is not None:
+                log.warning("model %r restored from the runner's state (%d events)", model, runner.events)
+            elif runner.restored_from:
                 log.warning("model %r restored from %s (%d events)", model, runner.restored_from, runner.events)
+        self.runners[model] = runner
         return runner
 
-    def process(self, element, events=beam.DoFn.StateParam(EVENTS), end=beam.DoFn.TimerParam(END)):
+    @staticmethod
+    def _keep(runner: ModelRunner, saved, generation) -> None:
+        """The model into the runner's state store (encoded when the bundle
+        commits, so once per bundle): a runner that restores a checkpoint of
+        its own (Flink) restores the model with the input position, as one."""
+        runner.generation += 1
+        generation.write(runner.generation)
+        saved.write(runner)
+
+    def process(self, element, saved=beam.DoFn.StateParam(MODEL), generation=beam.DoFn.StateParam(GENERATION),
+                end=beam.DoFn.TimerParam(END)):
         model, items = element
-        runner = self._runner(model)
+        runner = self._runner(model, saved, generation)
         if isinstance(items, LabelBatch):
             predictions, keys, dead = runner.process_labels(items)
             self._dead_letters(dead)
@@ -110,7 +156,6 @@ class LearnModels(beam.DoFn):
             predictions = runner.process(fresh)
             keys = [prediction_key(event, position) for position, event in fresh]
         self._saw(items)
-        events.write(runner.events)
         if self.cfg.bounded or self.cfg.stop_after is not None:
             end.set(GlobalWindow().max_timestamp())
         encode, topic = self.codec.encode, self.cfg.predictions_topic
@@ -120,6 +165,7 @@ class LearnModels(beam.DoFn):
         self._gauges(model, runner)
         if runner.checkpoint_due():
             yield from self._checkpoint(runner)
+        self._keep(runner, saved, generation)
         self._report()
 
     def _dead_letters(self, records: list[dict]) -> None:
@@ -182,16 +228,16 @@ class LearnModels(beam.DoFn):
             self.dlq.close()
 
     @on_timer(END)
-    def at_end(self, key=beam.DoFn.KeyParam, end=beam.DoFn.TimerParam(END)):
-        runner = self.runners.get(key)
-        if runner is None:
-            return
+    def at_end(self, key=beam.DoFn.KeyParam, end=beam.DoFn.TimerParam(END), saved=beam.DoFn.StateParam(MODEL),
+               generation=beam.DoFn.StateParam(GENERATION)):
+        runner = self._runner(key, saved, generation)
         if self.fired_at.get(key) != runner.events:  # new events since the last firing: not the end yet
             self.fired_at[key] = runner.events
             end.set(GlobalWindow().max_timestamp())
             return
         if self.store is not None and runner.unsaved:
             yield from self._checkpoint(runner)
+            self._keep(runner, saved, generation)
         self._report(force=True)
 
     def _report(self, force: bool = False):

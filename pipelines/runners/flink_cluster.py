@@ -150,6 +150,17 @@ class FlinkSessionCluster:
                 return
         raise ValueError(f"pid {pid} is not a TaskManager of this cluster (they are {self.taskmanager_pids()})")
 
+    def job_taskmanagers(self, job_id: str) -> list[int]:
+        """Pids of the TaskManagers running tasks of job ``job_id`` now."""
+        ids = set()
+        for vertex in self.rest(f"/jobs/{job_id}")["vertices"]:
+            found = self.rest(f"/jobs/{job_id}/vertices/{vertex['id']}/taskmanagers")["taskmanagers"]
+            ids.update(tm.get("taskmanager-id", "") for tm in found)
+        return [proc.pid for rid, proc in self.taskmanagers.items() if rid in ids and proc.poll() is None]
+
+    def completed_checkpoints(self, job_id: str) -> int:
+        return int(self.rest(f"/jobs/{job_id}/checkpoints")["counts"]["completed"])
+
     def add_taskmanager(self, timeout: float = 60.0) -> int:
         """Start one more TaskManager; returns its pid once the JobManager has registered it and its slots."""
         resource_id = self._start_taskmanager()

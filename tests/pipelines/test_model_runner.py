@@ -110,3 +110,24 @@ def test_multiclass_predictions_carry_class_and_probability():
     assert all(len(p["scores"]) == 3 and p["predicted_class"] in (0, 1, 2) for p in preds)
     assert all(p["probability"] == pytest.approx(max(np.exp(p["scores"]) / np.exp(p["scores"]).sum()))
                for p in preds)
+
+
+def test_a_snapshot_continues_bit_identically_with_position_and_waiting_events():
+    """What the runner's state store keeps: a runner made from a snapshot
+    goes on exactly as the one it was taken from (model, offsets, metrics,
+    events awaiting labels, checkpoint cadence)."""
+    from pipelines.exact.model_runner import LabelSettings
+
+    _, _, items = stream(900)
+    labels = LabelSettings("labels", 3.6e6, 1000)
+    make = lambda: make_learner("scinol2", "logistic")  # noqa: E731
+    first = ModelRunner("m", make, every_events=500, labels=labels)
+    first.process(items[:400])
+    copy = ModelRunner("m", make, every_events=500, labels=labels, snapshot=first.snapshot())
+    assert copy.offsets == first.offsets and copy.events == 400 and copy.generation == first.generation
+    assert list(copy.pending.events) == list(first.pending.events) and len(copy.pending.events) > 0
+    assert copy.metrics.as_dict() == first.metrics.as_dict()
+    assert copy.process(items[300:]) and copy.process(items[300:]) == []  # covered events are skipped
+    first.process(items[400:])
+    np.testing.assert_array_equal(copy.learner.state.arrays["P"], first.learner.state.arrays["P"])
+    assert copy.checkpoint_due() == first.checkpoint_due() and copy.metrics.as_dict() == first.metrics.as_dict()
