@@ -82,6 +82,9 @@ class RunConfig:
     """Seconds of event time an unlabelled event waits for its label (and a label for its event)."""
     max_pending: int = 1_000_000
     """Most events (and, separately, early labels) a model holds waiting."""
+    exactly_once: bool = False
+    """Predictions in Kafka transactions, each committed with the input offsets it answers
+    (pipelines.kafka.transactions): a read_committed consumer sees each once, even after failovers."""
     source: dict | None = None
     """Set when the run starts: the Kafka cluster and topic it reads, recorded in every checkpoint."""
     # -- sharded mode only
@@ -116,6 +119,9 @@ class RunConfig:
             raise ValueError(f"--partitions must be at least 1, not {self.topic_partitions}")
         if self.replication_factor is not None and self.replication_factor < 1:
             raise ValueError(f"--replication-factor must be at least 1, not {self.replication_factor}")
+        if self.exactly_once and self.shards is not None:
+            raise ValueError("--exactly-once works in exact mode only (sharded mode writes its predictions at "
+                             "least once)")
         self.registry()  # bad registry settings (ValueError) fail here
 
     @property

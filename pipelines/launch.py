@@ -14,6 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipelines.config import RunConfig
 from pipelines.kafka.admin import KafkaAdmin, TopicSpec
+from pipelines.kafka.transactions import TransactionalOutput
 from pipelines.state.resume import ResumePoint, check_resume, resume_exact, resume_sharded, source_of, supersede
 from pipelines.steps import NAMESPACE
 
@@ -116,6 +117,9 @@ def start(cfg: RunConfig):
     admin = KafkaAdmin(cfg.bootstrap, cfg.kafka_config)
     admin.wait_until_ready(cfg.connect_timeout, say=log.warning)
     ensure_topics(cfg, admin)
+    if cfg.exactly_once:  # a broker or an ACL that refuses transactions fails here, in one line
+        TransactionalOutput(cfg.bootstrap, cfg.predictions_topic, f"{cfg.predictions_topic}-probe",
+                            cfg.kafka_config, timeout=cfg.connect_timeout).close()
     if cfg.registry_url is not None:
         output_schemas(cfg)
     cfg, point = prepare_resume(cfg, admin)

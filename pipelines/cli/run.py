@@ -56,7 +56,8 @@ def run(args) -> int:
         max_batch=args.max_batch, stop_after=args.stop_after, beam_args=list(args.beam_args),
         shards=args.shards, max_staleness=args.max_staleness, feedback_topic=args.feedback_topic,
         feedback_timeout=args.feedback_timeout, from_scratch=args.from_scratch, labels_topic=args.labels_topic,
-        label_ttl=args.label_ttl, max_pending=args.max_pending, **input_limits(args))
+        label_ttl=args.label_ttl, max_pending=args.max_pending, exactly_once=args.exactly_once,
+        **input_limits(args))
     try:
         cfg.check()
     except ValueError as exc:
@@ -149,6 +150,10 @@ def add_parser(sub) -> None:
     p.add_argument("--max-dead-letter-ratio", type=float, default=None, metavar="R",
                    help=f"stop (exit status {EXIT_DEAD_LETTERS}) when more than this share of the messages became dead "
                         "letters, judged over windows of 1000 messages from the 100th on (default: never stop)")
+    p.add_argument("--exactly-once", action="store_true",
+                   help="write predictions in Kafka transactions, each committed with the input offsets it answers: "
+                        "a read_committed consumer sees each prediction once, across restarts and failovers "
+                        "(needs a broker with transactions, e.g. Apache Kafka; exact mode only)")
     add_topic_options(p, "partitions of the predictions and dead-letter topics when created (default 1)")
     d = p.add_argument_group("delayed labels (events that come without a label learn when it arrives)")
     d.add_argument("--labels-topic", default=None, metavar="TOPIC",

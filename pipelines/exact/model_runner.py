@@ -136,18 +136,19 @@ class ModelRunner:
                     None if spaces is None else spaces[lo:hi].copy()))
         self.pending.expire()
 
-    def process_labels(self, items: list[tuple]) -> tuple[list[dict], list[bytes], list[dict]]:
+    def process_labels(self, items: list[tuple]) -> tuple[list[dict], list[bytes], list, list[dict]]:
         """Learn from the events whose labels are in ``items`` ((message, Label
         record) pairs), in order; returns (the labelled Prediction records,
         with the predictions made when the events arrived; their Kafka keys;
-        dead letters of labels that cannot be used)."""
+        the label message each answers; dead letters of labels that cannot be used)."""
         items = self.fresh(items)
-        matched = []
+        matched, answering = [], []
         for msg, record in items:
             match = self.pending.add_label(record["event_id"], int(millis(record["timestamp"])), record["label"],
                                            math.nan if record.get("weight") is None else record["weight"], msg)
             if match is not None:
                 matched.append(match)
+                answering.append(msg)
         self.pending.expire()
         out = self._learn_matched(matched) if matched else []
         keys = [m.event.source.key if m.event.source is not None and m.event.source.key is not None
@@ -156,7 +157,7 @@ class ModelRunner:
         self.labels_learned += len(matched)
         self._since_checkpoint += len(items)
         dead = [dead_letter(msg, reason, detail) for msg, reason, detail in self.pending.drain_unmatched()]
-        return out, keys, dead
+        return out, keys, answering, dead
 
     def _learn_matched(self, matched) -> list[dict]:
         rows = [m.event for m in matched]

@@ -17,6 +17,7 @@ runner-specific.
 from __future__ import annotations
 
 import logging
+import random
 import sys
 import time
 import uuid
@@ -30,6 +31,7 @@ from apache_beam.transforms.window import GlobalWindow
 
 from pipelines.config import RunConfig
 from pipelines.kafka.producer import KafkaWriter
+from pipelines.kafka.transactions import TransactionalOutput
 from pipelines.records.dead_letters import dead_letter_message
 from pipelines.records.predictions import prediction_key
 from pipelines.state.checkpoints import CheckpointStore, checkpoint_record
@@ -101,6 +103,8 @@ class LearnModels(beam.DoFn):
         self.writer = KafkaWriter(cfg.bootstrap, cfg.predictions_topic, cfg.kafka_config)
         self.dlq: KafkaWriter | None = None
         self.predictions = Metrics.counter(NAMESPACE, "predictions")
+        self.resent = Metrics.counter(NAMESPACE, "predictions_not_resent")
+        self.outputs: dict[str, TransactionalOutput] = {}  # model -> its writer, with --exactly-once
         self.fired_at: dict[str, int] = {}  # model -> its event count when END last fired
         self.seen: dict[tuple[str, int], int] = {}  # (topic, partition) -> next offset, over all models here
         self.worker = uuid.uuid4().hex[:12]  # names this worker's progress file
@@ -120,6 +124,9 @@ class LearnModels(beam.DoFn):
         if runner is not None and runner.generation == (generation.read() or 0):
             return runner
         stored = saved.read()
+        stale = self.outputs.pop(model, None)  # may have been fenced, or be behind another instance's commits
+        if stale is not None:
+            stale.close()
         if isinstance(stored, ModelRunner):  # this process's own object, from the state cache
             runner = stored
         else:
@@ -140,7 +147,10 @@ class LearnModels(beam.DoFn):
         """The model into the runner's state store (encoded when the bundle
         commits, so once per bundle): a runner that restores a checkpoint of
         its own (Flink) restores the model with the input position, as one."""
-        runner.generation += 1
+        # A fresh random tag, not a counter: another instance of this DoFn in
+        # the same worker may hold an older history of the key that reached
+        # the same count.
+        runner.generation = random.getrandbits(62) | 1
         generation.write(runner.generation)
         saved.write(runner)
 
@@ -149,24 +159,54 @@ class LearnModels(beam.DoFn):
         model, items = element
         runner = self._runner(model, saved, generation)
         if isinstance(items, LabelBatch):
-            predictions, keys, dead = runner.process_labels(items)
+            predictions, keys, answering, dead = runner.process_labels(items)
             self._dead_letters(dead)
         else:
             fresh = runner.fresh(items)
             predictions = runner.process(fresh)
             keys = [prediction_key(event, position) for position, event in fresh]
+            answering = [position for position, _ in fresh]
         self._saw(items)
         if self.cfg.bounded or self.cfg.stop_after is not None:
             end.set(GlobalWindow().max_timestamp())
-        encode, topic = self.codec.encode, self.cfg.predictions_topic
-        for p, key in zip(predictions, keys):
-            self.writer.produce(encode("scinol.Prediction", p, topic), key)
-        self.predictions.inc(len(predictions))
+        self._write_predictions(model, items, predictions, keys, answering)
         self._gauges(model, runner)
         if runner.checkpoint_due():
             yield from self._checkpoint(runner)
         self._keep(runner, saved, generation)
         self._report()
+
+    def _write_predictions(self, model: str, items, predictions: list[dict], keys: list, answering: list) -> None:
+        """Predictions to Kafka: queued on the shared producer (at least
+        once), or with ``exactly_once`` in one transaction per batch that
+        also records the batch's input offsets as answered, skipping those
+        a transaction before a restart already committed."""
+        encode, topic = self.codec.encode, self.cfg.predictions_topic
+        if not self.cfg.exactly_once:
+            for p, key in zip(predictions, keys):
+                self.writer.produce(encode("scinol.Prediction", p, topic), key)
+            self.predictions.inc(len(predictions))
+            return
+        out = self._transactional(model)
+        messages = [(encode("scinol.Prediction", p, topic), key) for p, key, msg in zip(predictions, keys, answering)
+                    if not out.already_written(msg.topic, msg.partition, msg.offset)]
+        inputs = {}
+        for msg, _ in items:
+            inputs[(msg.topic, msg.partition)] = max(inputs.get((msg.topic, msg.partition), 0), msg.offset + 1)
+        out.commit(messages, inputs)
+        self.predictions.inc(len(messages))
+        self.resent.inc(len(predictions) - len(messages))
+
+    def _transactional(self, model: str) -> TransactionalOutput:
+        """This model's transactional writer; a new one (reading what was
+        committed, fencing any older instance) each time the model was
+        loaded again rather than kept in memory."""
+        out = self.outputs.get(model)
+        if out is None:
+            out = self.outputs[model] = TransactionalOutput(self.cfg.bootstrap, self.cfg.predictions_topic,
+                                                            f"{self.cfg.predictions_topic}-{model}",
+                                                            self.cfg.kafka_config)
+        return out
 
     def _dead_letters(self, records: list[dict]) -> None:
         """Labels that cannot be used, to the dead-letter topic; written here,
@@ -224,6 +264,8 @@ class LearnModels(beam.DoFn):
 
     def teardown(self):
         self.writer.close()
+        for out in self.outputs.values():
+            out.close()
         if self.dlq is not None:
             self.dlq.close()
 
