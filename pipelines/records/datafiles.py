@@ -278,8 +278,9 @@ class LibsvmReader(Reader):
             for block in byte_blocks(self.path):
                 pos = 0
                 while True:
-                    status, pos, line, rows.n = parse_libsvm(block, pos, line, rows.y, rows.lines, rows.indptr,
-                                                             rows.indices, rows.data, rows.n, POW5_HI, POW5_LO)
+                    status, pos, line, rows.n = parse_libsvm(block, pos, line, rows.y, rows.weights, rows.lines,
+                                                             rows.indptr, rows.indices, rows.data, rows.n, POW5_HI,
+                                                             POW5_LO)
                     if status == DONE:
                         break
                     if status == VALUES_FULL:
@@ -298,29 +299,30 @@ class LibsvmReader(Reader):
 
 
 def _python_libsvm_row(path, lineno, raw):
-    """(label, indices, values) of one line, sorted, zeros dropped; None if
-    blank; DataError at its first bad token."""
+    """(label, indices, values, weight) of one line, sorted, zeros dropped;
+    None if blank; DataError at its first bad token."""
     text = raw.partition("#")[0]
     tokens = text.split()
     if not tokens:
         return None
     try:
-        y = float(tokens[0])
+        label, colon, weight = tokens[0].partition(":")
+        y, w = float(label), float(weight) if colon else 1.0
         idx, val = [], []
         for token in tokens[1:]:
             k, _, v = token.partition(":")
             if k != "qid":
                 idx.append(int(k))
                 val.append(float(v))
-        total = y + sum(val)
-        ok = (total - total == 0 and len(set(idx)) == len(idx)
+        total = y + w + sum(val)
+        ok = (total - total == 0 and w >= 0 and len(set(idx)) == len(idx)
               and (not idx or (min(idx) >= 0 and max(idx) <= _MAX_INDEX)))
     except ValueError:
         ok = False
     if not ok:
-        y, idx, val = _parse_libsvm_line(path, lineno, text)
+        y, w, idx, val = _parse_libsvm_line(path, lineno, text)
     pairs = sorted((i, v) for i, v in zip(idx, val) if v != 0)
-    return y, [i for i, _ in pairs], [v for _, v in pairs]
+    return y, [i for i, _ in pairs], [v for _, v in pairs], w
 
 
 def _parse_libsvm_line(path, lineno, text):
@@ -328,11 +330,13 @@ def _parse_libsvm_line(path, lineno, text):
     bad token (column = where the token starts)."""
     tokens = [(m.start() + 1, m.group()) for m in re.finditer(r"\S+", text)]
     col, label = tokens[0]
+    label, colon, weight = label.partition(":")
     if not _is_float(label):
         raise DataError(path, lineno, col, f"non-numeric value {label!r} for the label")
     y = float(label)
     if not math.isfinite(y):
         raise DataError(path, lineno, col, f"non-finite value {label!r} for the label")
+    w = _importance_weight(path, lineno, col + len(label) + 1, weight) if colon else 1.0
     idx, val, seen = [], [], set()
     for col, token in tokens[1:]:
         k, sep, v = token.partition(":")
@@ -358,4 +362,12 @@ def _parse_libsvm_line(path, lineno, text):
         seen.add(i)
         idx.append(i)
         val.append(x)
-    return y, idx, val
+    return y, w, idx, val
+
+
+def _importance_weight(path, lineno, col, text) -> float:
+    """An importance weight: a finite number ≥ 0 (DataError "bad weight ..." otherwise)."""
+    w = float(text) if _is_float(text) else math.nan
+    if not (math.isfinite(w) and w >= 0):
+        raise DataError(path, lineno, col, f"bad weight {text!r}: importance weights must be finite numbers >= 0")
+    return w
