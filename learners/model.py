@@ -273,7 +273,8 @@ def importance_weights(weights, n: int) -> np.ndarray:
     bad = ~(np.isfinite(iw) & (iw >= 0.0))
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"bad weight {iw[first]!r} at position {first}: importance weights must be finite and ≥ 0")
+        raise ValueError(f"bad weight {float(iw[first])!r} at position {first}: "
+                         "importance weights must be finite and ≥ 0")
     return iw
 
 
