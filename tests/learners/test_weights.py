@@ -220,3 +220,29 @@ def test_weights_keep_scale_invariance(name):
     scaled = model(name, loss).learn(X * a, y, w)
     scale = np.maximum(np.abs(base), np.median(np.abs(base)) + 1e-300)
     assert np.all(np.abs(scaled - base) <= 1e-9 * scale)
+
+
+@pytest.mark.parametrize("name,loss,params", [
+    ("pa", "hinge", {}), ("pa1", "hinge", {"C": 0.05}), ("pa1", "epsilon_insensitive", {"C": 0.05}),
+    ("aprox", "hinge", {"lr": 0.02, "power": 0.0}), ("aprox", "epsilon_insensitive", {"lr": 0.02, "power": 0.0}),
+])
+def test_capped_steps_on_piecewise_linear_losses_make_weight_k_equal_k_repeats(name, loss, params):
+    """While the hinge or ε-insensitive loss is positive it is linear in ŷ, so
+    a step τ|x|² lowers it by exactly that much: k repeats of a step capped at
+    C (PA-I) or η (aProx, constant rate) move min(kC, ℓ/|x|²) in all, which is
+    the weight-k step; PA's step already zeroes the loss, so repeats add
+    nothing and PA ignores the weight. An identity up to round-off (the loss
+    after a full step is a few ulps, not 0): checked to 1e-9 of Σ|Δw|."""
+    rng, X, y = data(12, loss, n=150, d=5, log10_scale=(-1.0, 1.0))
+    k = rng.choice([1, 2, 3, 5], size=len(y))
+    weighted = model(name, loss, **params)
+    weighted.learn(X, y, k.astype(float))
+    rows = np.repeat(np.arange(len(y)), k)
+    repeated = model(name, loss, **params)
+    repeated.learn(X[rows], y[rows])
+    ref = make_reference(name, X.shape[1] + 1, loss, **params)
+    for i in rows:
+        ref.step([1.0] + X[i].tolist(), float(y[i]))
+    mass = np.array(ref.wscale)[:, 0]
+    assert mass.max() > 0
+    assert np.all(np.abs(repeated.weights()[:, 0] - weighted.weights()[:, 0]) <= 1e-9 * mass.max())
