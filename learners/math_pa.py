@@ -22,9 +22,19 @@ example's importance weight h > 0:
          scales by h, so the cap η_t becomes hη_t; the step to the floor,
          (ℓ - ℓ_low)/‖g‖², does not depend on h.
 At h = 1 each is its unweighted update bit for bit (h·η, h·C are exact).
-Only importance-aware implicit OGD makes weight k equal k repeats of the
-example; the others step at most as far as weight k, and k repeats may step
-further (PA-I/aProx: each repeat has its own cap) or less.
+Weight k equals k repeats of the example (up to round-off) for:
+importance-aware implicit OGD (any k, the invariance above); and PA, PA-I
+and aProx at a constant rate (power 0) on the hinge and ε-insensitive
+losses, which are linear in ŷ while positive, so each capped repeat lowers
+ℓ by exactly its step τ|x|² and k of them move min(kC, ℓ/|x|²) (aProx:
+min(kη, (ℓ - ℓ_low)/‖g‖²)), the weight-k step; a full PA step zeroes ℓ, so
+PA's repeats add nothing. Not for plain implicit OGD or PA-II: k repeats
+shrink the residual by (1 + a)^{-k} against 1/(1 + k a) for weight k
+(a = η|x|², or 2C|x|² for PA-II), and n repeats of weight k/n tend to the
+importance-aware e^{-ka} (tests/learners/test_weights.py checks the bound
+0 ≤ (1 + a/n)^{-n} - e^{-a} ≤ e^{-a}(e^{a²/(2n)} - 1)). Nor for aProx
+with a decaying rate (the repeats get η_{t+1}, η_{t+2}, ...) or on a
+curved loss.
 Fields: P[j, k] = (w,). prm = (η or C, power or importance_aware, ℓ_low).
 """
 
