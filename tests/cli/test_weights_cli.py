@@ -79,3 +79,14 @@ def test_bad_weights_are_one_error_line(workdir, capsys, name, text, args, expec
     rc, err = run(capsys, "learn", name, *args)
     assert rc == 2
     assert_one_error_line(err, expected)
+
+
+def test_file_events_carry_the_weights_of_libsvm_and_csv_rows(workdir):
+    from pipelines.records.events import file_events
+
+    write("w.libsvm", "1:2.5 0:1\n-1 1:2\n1:0 0:3\n")
+    write("w.csv", "x,y,w\n1,1,2.5\n2,-1,1\n3,1,0\n")
+    for reader in (open_reader("w.libsvm"), open_reader("w.csv", label="y", weight="w")):
+        events = list(file_events(reader))
+        # weight 1 is null; weight 0 (predict only) becomes an unlabelled event, as for VW files
+        assert [(e["label"], e["weight"]) for e in events] == [(1.0, 2.5), (-1.0, None), (None, None)]
