@@ -165,9 +165,12 @@ def test_late_labels_learn_with_the_label_weight_else_the_event_weight():
     label_w = np.where(np.arange(60) % 3 == 0, 2.5, np.nan)  # every third label carries its own weight
     r = ModelRunner("m", lambda: make_learner("scinol2", "logistic"), labels=LabelSettings("labels", 3.6e6, 100))
     bare = [(m, {**e, "label": None}) for m, e in items]
-    label = lambda i: (Msg("labels", 0, (i + 10) % 60), {"event_id": f"e{i}", "label": float(y[i]) if y[i] == y[i] else 1.0,  # noqa: E731
-                                                        "timestamp": 1_700_000_000_000 + i,
-                                                        "weight": None if np.isnan(label_w[i]) else float(label_w[i])})
+
+    def label(i):  # labels 50..59 arrive first (offsets 0..9), then 0..49
+        return (Msg("labels", 0, (i + 10) % 60), {
+            "event_id": f"e{i}", "label": float(y[i]) if y[i] == y[i] else 1.0, "timestamp": 1_700_000_000_000 + i,
+            "weight": None if np.isnan(label_w[i]) else float(label_w[i])})
+
     r.process_labels([label(i) for i in range(50, 60)])  # labels first: they wait for their events
     r.process(bare)
     out, _, dead = r.process_labels([label(i) for i in range(50)])

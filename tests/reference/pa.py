@@ -196,7 +196,8 @@ class ReferenceAProx(_Linear):
 
 
 def truncated_prox_step(value: float, G2: float, low: float, eta: float, weight: float = 1.0) -> float:
-    """The s ≥ 0 with v = w - s G minimising h·max(ℓ + ⟨G, v - w⟩, ℓ_low) + ‖v - w‖²/(2η), h = ``weight``.
+    """The s ≥ 0 with v = w - s G minimising h·max(ℓ + ⟨G, v - w⟩, ℓ_low) + ‖v - w‖²/(2η)
+    (h = ``weight``).
 
     Only the component of v - w along G changes the model, so the minimiser
     is w - s G; s < 0 raises both terms, so s ≥ 0, and on s ≥ 0 the objective
