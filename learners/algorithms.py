@@ -72,8 +72,9 @@ SPECS = {s.name: s for s in [
          globals=("t", "dim"), params={"alpha": 1.5, "dim": 0.0}, parameter_free=True, scale_invariant=True,
          checks={"alpha": (lambda v: v > 9 / 8, "greater than 9/8"), "dim": (lambda v: v >= 0, "0 (auto) or more")},
          source="Kotłowski 2017, Algorithm 1"),
-    Spec("implicit", C.IMPLICIT, "implicit OGD for squared loss", ("w",), params={"lr": 0.1}, checks=_RATE,
-         losses=("squared",), source="Orabona 2020, §1"),
+    Spec("implicit", C.IMPLICIT, "implicit OGD for squared loss", ("w",), params={"lr": 0.1, "importance_aware": 0.0},
+         checks={"lr": _POSITIVE, "importance_aware": (lambda v: v in (0.0, 1.0), "0 or 1")},
+         losses=("squared",), source="Orabona 2020, §1; Karampatziakis & Langford 2011, §4"),
     Spec("pa", C.PA0, "Passive-Aggressive", ("w",), parameter_free=True,
          losses=("hinge", "epsilon_insensitive"), source="Orabona 2020, §2; Crammer et al. 2006"),
     Spec("pa1", C.PA1, "Passive-Aggressive I", ("w",), params={"C": 1.0}, losses=("hinge", "epsilon_insensitive"),
@@ -163,10 +164,11 @@ class Algorithm:
             state.scalars[name] = value
 
     # -- fused single-shard batch ----------------------------------------------
-    def learn_rows(self, state, indptr, indices, data, dense, bias, y, loss, loss_param, scores, losses):
+    def learn_rows(self, state, indptr, indices, data, dense, bias, y, iw, loss, loss_param, scores, losses):
+        """``iw``: the rows' importance weights (≥ 0), or an empty array for all 1."""
         glob = self._glob(state)
         K.LEARN_ROWS[self.spec.code](self._prm, glob, state.arrays["P"], state.arrays["Q"], indptr, indices,
-                                     data, dense, bias, y, loss, loss_param, scores, losses)
+                                     data, dense, bias, y, iw, loss, loss_param, scores, losses)
         self._store(state, glob)
 
     # -- the shard protocol ------------------------------------------------------
@@ -179,16 +181,20 @@ class Algorithm:
                       bias, learning, yhat, ex, w)
         return np.concatenate([yhat, ex]), w
 
-    def combine(self, scalars, total, y, loss, loss_param=0.0):
+    def combine(self, scalars, total, y, loss, loss_param=0.0, weight=1.0):
         """(ŷ, ℓ, feedback) from the summed partials; advances ``scalars``.
-        Unlabelled (y NaN): (ŷ, NaN, None) and nothing changes."""
+        Unlabelled (y NaN): (ŷ, NaN, None) and nothing changes; weight 0:
+        (ŷ, ℓ, None) and nothing changes."""
         n_out = total.shape[0] - K.N_EXTRAS
         yhat = total[:n_out].copy()
         if math.isnan(y):
             return yhat, math.nan, None
-        glob = self._glob_from(scalars)
         fb = np.empty(n_out + K.N_FB_EXTRA)
-        value = K.combine_row(self.spec.code, self._prm, glob, yhat, total[n_out:].copy(), y, loss, loss_param, fb)
+        if weight == 0.0:
+            return yhat, float(K.loss_only(yhat, y, loss, loss_param, fb)), None
+        glob = self._glob_from(scalars)
+        value = K.combine_row(self.spec.code, self._prm, glob, yhat, total[n_out:].copy(), y, float(weight), loss,
+                              loss_param, fb)
         for name, v in zip(self.spec.globals, glob.tolist()):
             scalars[name] = v
         return yhat, value, fb

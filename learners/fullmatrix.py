@@ -4,6 +4,10 @@
     η = exp((hᵀS⁺h - γ) / (2α)) / α,   w = η S⁺h,   ŷ = wᵀx
     after g:  h ← h - g x,   γ ← γ + g² xᵀS⁺x          (S⁺ is S_t⁺ throughout)
 
+An example of importance weight ω > 0 feeds g ← ω g (the gradient of its
+weighted loss) to h and γ; S, like ScInOL's M, measures the inputs and stays
+unweighted (so the invariance to x → A x is untouched). Weight 0 is a no-op.
+
 with α > 9/8 and S⁺ the pseudo-inverse. The predictions are invariant to
 replacing every x by A x for any invertible A (seed, Appendix D). It is not
 coordinate-separable (S⁺ couples every pair of coordinates), so it runs on one
@@ -105,10 +109,12 @@ def _sparse_t_product(M, idx, val, m, r, out):
 
 
 @jit
-def _learn_rows(alpha, tol2, glob, F, Q, h, scale, indptr, indices, data, dense, bias, y, loss, loss_prm,
+def _learn_rows(alpha, tol2, glob, F, Q, h, scale, indptr, indices, data, dense, bias, y, iw, loss, loss_prm,
                 scores, losses):
     """Each row in order: predict (scores[i, 0]), then, unless y[i] is NaN,
-    learn (losses[i]; NaN when unlabelled). glob = [t, γ, rank]."""
+    learn (losses[i]; NaN when unlabelled). glob = [t, γ, rank]. iw[i] is
+    row i's importance weight (empty: all 1); a row of weight 0 changes
+    nothing."""
     d = h.shape[0]
     n_rows = indptr.shape[0] - 1
     longest = 0
@@ -202,7 +208,10 @@ def _learn_rows(alpha, tol2, glob, F, Q, h, scale, indptr, indices, data, dense,
             losses[i] = math.nan
             continue
         losses[i] = loss_grad_into(loss, loss_prm, y[i], yhat, g)
-        gt = g[0]
+        weight_i = iw[i] if iw.shape[0] else 1.0
+        if weight_i == 0.0:
+            continue
+        gt = weight_i * g[0]  # the gradient of the weighted loss; S (F, Q, c) counts x unweighted
         for e in range(m):
             if scale[idx[e]] == 0.0:
                 scale[idx[e]] = unit[e]
@@ -347,13 +356,13 @@ class Kotlowski2:
     def _glob(state) -> np.ndarray:
         return np.array([state.scalars["t"], state.scalars["gamma"], state.scalars["rank"]])
 
-    def learn_rows(self, state, indptr, indices, data, dense, bias, y, loss, loss_param, scores, losses):
+    def learn_rows(self, state, indptr, indices, data, dense, bias, y, iw, loss, loss_param, scores, losses):
         if loss == SOFTMAX:
             raise ValueError(f"{self.name} has one output; softmax is not supported")
         glob = self._glob(state)
         A = state.arrays
         _learn_rows(self.alpha, RANGE_TOL2, glob, A["F"], A["Q"], A["h"], A["scale"], indptr, indices, data,
-                    bool(dense), int(bool(bias)), y, int(loss), float(loss_param), scores, losses)
+                    bool(dense), int(bool(bias)), y, iw, int(loss), float(loss_param), scores, losses)
         for name, value in zip(("t", "gamma", "rank"), glob.tolist()):
             state.scalars[name] = value
 

@@ -87,9 +87,20 @@ def extras(a, prm, glob, Q, j, x, ex):
 
 
 @inline
-def combine(a, prm, glob, yhat, ex, y, loss, loss_prm, fb):
-    """ℓ(y, ŷ); fills fb (g first) and advances the globals."""
+def combine(a, prm, glob, yhat, ex, y, iw, loss, loss_prm, fb):
+    """ℓ(y, ŷ) (unweighted); fills fb (g first) and advances the globals.
+
+    ``iw`` > 0 is the example's importance weight, the factor on its loss.
+    The gradient methods see the gradient of iw·ℓ, so g is multiplied by iw
+    before anything accumulates it (G, S², Σg², the wealth, h, m, v); the
+    implicit/PA/aProx family keeps g and puts iw into its step size m
+    (:mod:`learners.math_pa`). t and the input-scale statistics (M, s, s²,
+    N, the dimension seen) count examples, not weight. (A weight of 0 never
+    gets here: the drivers skip such an example, so it is a no-op.)"""
     value = loss_grad_into(loss, loss_prm, y, yhat, fb)
+    if a < IMPLICIT or a > APROX:
+        for k in range(yhat.shape[0]):
+            fb[k] *= iw
     glob[0] += 1.0
     t = glob[0]
     if a == OGD_GLOBAL:
@@ -99,7 +110,7 @@ def combine(a, prm, glob, yhat, ex, y, loss, loss_prm, fb):
     elif a == KOTLOWSKI1:
         KO.combine(prm, glob, ex)
     elif a >= IMPLICIT and a <= APROX:
-        PA.combine(a, prm, yhat, ex, value, y, loss, loss_prm, fb, t)
+        PA.combine(a, prm, yhat, ex, value, iw, fb, t)
     elif a == SGD:
         fb[yhat.shape[0]] = prm[0] / math.sqrt(t)
     elif a == NAG:
@@ -188,8 +199,8 @@ def _predict_single(a, prm, glob, P, Q, indices, data, start, end, dense, bias, 
 
 
 @inline
-def _rows_single(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses, w, ex,
-                 yhat, fb):
+def _rows_single(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, w,
+                 ex, yhat, fb):
     for i in range(indptr.shape[0] - 1):
         start, end = indptr[i], indptr[i + 1]
         learning = not math.isnan(y[i])
@@ -199,13 +210,17 @@ def _rows_single(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss
         if not learning:
             losses[i] = math.nan
             continue
-        losses[i] = combine(a, prm, glob, yhat, ex, y[i], loss, loss_prm, fb)
+        weight_i = iw[i] if iw.shape[0] else 1.0
+        if weight_i == 0.0:  # learns nothing: the loss only
+            losses[i] = loss_grad_into(loss, loss_prm, y[i], yhat, fb)
+            continue
+        losses[i] = combine(a, prm, glob, yhat, ex, y[i], weight_i, loss, loss_prm, fb)
         _update(a, prm, glob, P, Q, indices, data, start, end, dense, bias, fb, w, 1)
 
 
 @inline
-def _rows_multi(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses, w, ex,
-                yhat, fb):
+def _rows_multi(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, w,
+                ex, yhat, fb):
     for i in range(indptr.shape[0] - 1):
         start, end = indptr[i], indptr[i + 1]
         learning = not math.isnan(y[i])
@@ -214,14 +229,21 @@ def _rows_multi(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss,
         if not learning:
             losses[i] = math.nan
             continue
-        losses[i] = combine(a, prm, glob, yhat, ex, y[i], loss, loss_prm, fb)
+        weight_i = iw[i] if iw.shape[0] else 1.0
+        if weight_i == 0.0:  # learns nothing: the loss only
+            losses[i] = loss_grad_into(loss, loss_prm, y[i], yhat, fb)
+            continue
+        losses[i] = combine(a, prm, glob, yhat, ex, y[i], weight_i, loss, loss_prm, fb)
         _update(a, prm, glob, P, Q, indices, data, start, end, dense, bias, fb, w, P.shape[1])
 
 
 @inline
-def _learn_rows(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
+def _learn_rows(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     """Learn from each row in order; scores[i] gets ŷ_i made before learning
-    from row i, losses[i] its loss (NaN when y[i] is NaN: predicted only)."""
+    from row i, losses[i] its loss ℓ (unweighted; NaN when y[i] is NaN:
+    predicted only). iw[i] ≥ 0 is row i's importance weight (an empty iw:
+    all 1); a row of weight 0 is predicted and its loss computed, but it
+    changes nothing, not even t."""
     n_out = P.shape[1]
     longest = 0
     for i in range(indptr.shape[0] - 1):
@@ -231,11 +253,11 @@ def _learn_rows(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss,
     ex = np.zeros(N_EXTRAS)
     fb = np.empty(n_out + N_FB_EXTRA)
     if n_out == 1:
-        _rows_single(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses, w,
-                     ex, yhat, fb)
+        _rows_single(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses,
+                     w, ex, yhat, fb)
     else:
-        _rows_multi(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses, w,
-                    ex, yhat, fb)
+        _rows_multi(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses,
+                    w, ex, yhat, fb)
 
 
 # One compiled entry point per algorithm: with the code a constant, the
@@ -244,88 +266,88 @@ def _learn_rows(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss,
 
 
 @jit
-def _learn_scinol1(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(SCINOL1, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_scinol1(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(SCINOL1, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 @jit
-def _learn_scinol2(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(SCINOL2, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_scinol2(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(SCINOL2, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 @jit
-def _learn_ogd(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(OGD_COORD, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_ogd(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(OGD_COORD, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 @jit
-def _learn_ogd_global(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(OGD_GLOBAL, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_ogd_global(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(OGD_GLOBAL, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 @jit
-def _learn_kt(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(KT_ALG1, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_kt(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(KT_ALG1, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 @jit
-def _learn_kt_avg(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(KT_AVG, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_kt_avg(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(KT_AVG, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 @jit
-def _learn_kt_coord(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(KT_COORD, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_kt_coord(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(KT_COORD, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 @jit
-def _learn_kotlowski1(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(KOTLOWSKI1, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_kotlowski1(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(KOTLOWSKI1, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 @jit
-def _learn_implicit(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(IMPLICIT, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_implicit(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(IMPLICIT, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 @jit
-def _learn_pa(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(PA0, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_pa(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(PA0, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 @jit
-def _learn_pa1(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(PA1, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_pa1(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(PA1, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 @jit
-def _learn_pa2(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(PA2, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_pa2(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(PA2, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 @jit
-def _learn_aprox(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(APROX, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_aprox(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(APROX, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 @jit
-def _learn_sgd(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(SGD, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_sgd(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(SGD, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 @jit
-def _learn_adagrad(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(ADAGRAD, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_adagrad(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(ADAGRAD, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 @jit
-def _learn_adam(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(ADAM, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_adam(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(ADAM, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 @jit
-def _learn_nag(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses):
-    _learn_rows(NAG, prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)
+def _learn_nag(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    _learn_rows(NAG, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
 LEARN_ROWS = {
@@ -348,7 +370,7 @@ LEARN_ROWS = {
     NAG: _learn_nag,
 }
 """Algorithm code → its batch kernel:
-``(prm, glob, P, Q, indptr, indices, data, dense, bias, y, loss, loss_prm, scores, losses)``."""
+``(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)``."""
 
 
 @jit
@@ -360,9 +382,16 @@ def predict_row(a, prm, glob, P, Q, indices, data, bias, learning, yhat, ex, w):
 
 
 @jit
-def combine_row(a, prm, glob, yhat, ex, y, loss, loss_prm, fb):
-    """Protocol ``combine``: the loss; feedback into fb; advances glob."""
-    return combine(a, prm, glob, yhat, ex, y, loss, loss_prm, fb)
+def combine_row(a, prm, glob, yhat, ex, y, iw, loss, loss_prm, fb):
+    """Protocol ``combine`` for an example of weight iw > 0: the loss;
+    feedback into fb; advances glob."""
+    return combine(a, prm, glob, yhat, ex, y, iw, loss, loss_prm, fb)
+
+
+@jit
+def loss_only(yhat, y, loss, loss_prm, fb):
+    """ℓ(y, ŷ) for an example that is not learned from (weight 0)."""
+    return loss_grad_into(loss, loss_prm, y, yhat, fb)
 
 
 @jit
@@ -418,4 +447,4 @@ def _drop_stale_cache() -> None:
 
 _drop_stale_cache()
 
-__all__ = ["LEARN_ROWS", "predict_row", "combine_row", "update_row", "current_weights"]
+__all__ = ["LEARN_ROWS", "predict_row", "combine_row", "loss_only", "update_row", "current_weights"]

@@ -18,6 +18,13 @@ implementations do): for Adam this differs from dense Adam, whose momentum
 keeps moving weights of absent features. Adam's bias correction uses the
 global example count t (as lazy/sparse Adam implementations do).
 
+Importance weight h: every rule gets the gradient of h ℓ, h g x (the step
+and G2, m, v); t, NAG's s and N count the example once. Weight k equals k
+repeats for none: AdaGrad's and NAG's G2 and Adam's v grow by k² (g x)² rather
+than k (g x)²; for SGD at a constant rate on the squared loss, k repeats
+shrink the residual ŷ - y by (1 - a)^k, a = η|x|² ≤ 1, and weight k by
+1 - k a, at most k(k - 1) a²/2 apart (and with η/√t the rates differ too).
+
 Fields: P[j, k] = (w, G2 or m, v); Q[j] = (s,) for NAG.
 prm: SGD/AdaGrad/NAG (η,), Adam (η, β1, β2, ε). glob = (t, N).
 """

@@ -7,6 +7,12 @@ with α > 9/8. d is the dimension: the parameter ``dim`` when given, else the
 number of coordinates seen before this example (at least 1), so that the
 model needs no dimension up front and stays shardable.
 
+Importance weight ω: h ← h - ω g x_i (the gradient of ω ℓ); s² (the input
+scale), t and d count the example once, so scale invariance holds with
+weights. Weight k is not k repeats: k repeats add k x_i² to s² and k to t,
+and re-evaluate w (hence g) between them; with weights > 1 the potential
+exp(h²/(2α s²)) can grow past what the paper's bound (for |g| ≤ 1) allows.
+
 Fields: P[j, k] = (h,); Q[j] = (s²,). prm = (α, dim). glob = (t, d_seen).
 """
 

@@ -17,6 +17,13 @@ Per-coordinate variant: each coordinate bets its own wealth W_i on its own
 coordinate with x_i = 0 sees a zero loss):
     w_i = θ_i W_i / t,  W_i ← W_i - ℓ_{t,i} w_i,  θ_i ← θ_i - ℓ_{t,i}.
 
+Importance weight h: the loss vector is the gradient of h ℓ, h g x, clipped
+like any other (‖h g x‖ ≤ 1; per coordinate |h g x_i| ≤ 1), so a large
+weight buys at most a full unit loss vector: the coin-betting bound needs it.
+Weight k is not k repeats: each repeat is a bet of θ Wealth / t recomputed
+after the last one (and t advances k times), and the clipping caps the
+weight-k vector at norm 1 where k repeats could each spend up to 1.
+
 Fields: P[j, k] = (θ, acc, C_last) for Algorithms 1/3, (θ, W_i) per
 coordinate. glob = (t, Wealth, C).
 """

@@ -8,6 +8,12 @@ estimate D online the same way). ``scale`` is the rate multiplier the
 paper's experiments tune (0.6/R per-coordinate, 0.2/R global); 1 is the
 theorem's rate.
 
+Importance weight h: the gradient of h ℓ, h g x, is both the step and what
+Σ(g x)² (Σ‖g‖²) accumulates; d and t count the example once. Weight k is not
+k repeats: the squared sums grow by k² (g x)² rather than k (g x)², so the
+rate after weight k is lower than after k repeats, and the projection and
+the recomputed gradients make the repeats differ further.
+
 Fields: P[j, k] = (w, Σ(g x)²); Q[j] = (seen,). prm = (R, scale).
 glob = (t, Σ‖g‖², d).
 """

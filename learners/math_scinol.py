@@ -5,6 +5,17 @@ Fields: P[j, k] = (G, S², B) with B = β (ScInOL1) or η (ScInOL2); Q[j] = (M,)
 is pure); ``update`` stores them and applies g. Every visited coordinate has
 M_t ≥ |x| > 0, so √(S² + M_t²) > 0; the paper's 0/0 = 0 only matters for a
 never-seen coordinate, whose weight is 0.
+
+Importance weight h (the factor on the example's loss): the kernel passes
+the gradient of h ℓ, h g, so G ← G - h g x, S² ← S² + (h g x)² and ScInOL2's
+reward η ← η - h g x w_t; M (max |x|) and t count the example once, unweighted,
+so rescaling a feature still rescales M alone and the invariance holds.
+Weight k is not k repeats: S² grows by k² (g x)² instead of about k (g x)²,
+and each repeat would bet with the weights recomputed from the updated G, S²
+and t (ScInOL1's β cap ε(S² + M²)/(x² t) too), so there is no identity to
+first order; what holds is the bound of Kempka et al. 2019 for the loss
+sequence h_t ℓ_t, whose gradients are at most max_t h_t in size (their
+Lipschitz assumption |g| ≤ 1 becomes |h g| ≤ 1 for h ≤ 1).
 """
 
 import math

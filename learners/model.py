@@ -93,10 +93,11 @@ class OnlineLearner:
             return _Prepared(batch, batch.n_rows, batch.max_index() + 1)
         return _Prepared(batch, batch.shape[0], batch.shape[1])
 
-    def _run(self, X, y) -> tuple[np.ndarray, np.ndarray]:
+    def _run(self, X, y, weights=None) -> tuple[np.ndarray, np.ndarray]:
         batch, n, d = X if isinstance(X, _Prepared) else self._batch(X)
         if y.shape[0] != n:
             raise ValueError(f"{n} rows of features but {y.shape[0]} labels")
+        iw = importance_weights(weights, n)
         self._ensure_state(d)
         scores = np.empty((n, self.n_outputs))
         losses = np.empty(n)
@@ -104,20 +105,23 @@ class OnlineLearner:
             rows = (batch.indptr, batch.indices, batch.data, False)
         else:  # dense: flattened values, the column of entry p is p - row start
             rows = (np.arange(n + 1, dtype=np.int64) * d, _NO_INDICES, batch.reshape(-1), True)
-        self.algorithm.learn_rows(self.state, *rows, self.bias, y, self._loss, self.loss_param, scores, losses)
+        self.algorithm.learn_rows(self.state, *rows, self.bias, y, iw, self._loss, self.loss_param, scores, losses)
         return scores, losses
 
     def _shape(self, scores: np.ndarray) -> np.ndarray:
         return scores[:, 0] if self.n_outputs == 1 else scores
 
     # -- batch API, online semantics ----------------------------------------
-    def learn(self, X, y, *, return_losses: bool = False):
+    def learn(self, X, y, weights=None, *, return_losses: bool = False):
         """Learn from each row in order; returns the score ŷ_t made for each
         row before learning from it (shape (n,), or (n, K) for softmax).
-        A NaN label means "predict only". With ``return_losses`` also returns
-        each row's loss (NaN where unlabelled)."""
+        A NaN label means "predict only". ``weights``: one importance weight
+        ≥ 0 per row, the factor on its loss (None: all 1; 0: predicted, not
+        learned from; how each learner applies it: docs/learners.md). With
+        ``return_losses`` also returns each row's loss, unweighted (NaN where
+        unlabelled)."""
         y = prepare_labels(self.loss, y, self.n_classes or 1)
-        scores, losses = self._run(X, y)
+        scores, losses = self._run(X, y, weights)
         return (self._shape(scores), losses) if return_losses else self._shape(scores)
 
     def decision_function(self, X) -> np.ndarray:
@@ -154,9 +158,9 @@ class OnlineLearner:
             )
         return np.where(pos == 1, 1.0, -1.0) if self.loss in BINARY_LOSSES else pos.astype(np.float64)
 
-    def partial_fit(self, X, y, classes=None):
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
         y = self._labels_from_classes(y, classes)
-        self._run(X, y)
+        self._run(X, y, sample_weight)
         return self
 
     def predict(self, X) -> np.ndarray:
@@ -174,8 +178,9 @@ class OnlineLearner:
         return np.column_stack([1.0 - p, p]) if self.loss == "logistic" else p
 
     # -- River style ------------------------------------------------------------
-    def learn_one(self, x: dict, y) -> None:
-        self.learn([x], [y])
+    def learn_one(self, x: dict, y, w: float = 1.0) -> None:
+        """Learn from one example; ``w`` is its importance weight (River's name)."""
+        self.learn([x], [y], None if w == 1.0 else [w])
 
     def predict_one(self, x: dict):
         """The class for classification losses, the score for regression."""
@@ -252,6 +257,25 @@ class OnlineLearner:
         model.loaded_header = meta
         model.loaded_aux = aux
         return model
+
+
+_ALL_ONE = np.empty(0)  # the kernels read an empty weight array as all 1
+
+
+def importance_weights(weights, n: int) -> np.ndarray:
+    """``weights`` as the kernels take them: float64, one per row, finite and
+    ≥ 0 (ValueError "bad weight ..." otherwise); None gives all 1."""
+    if weights is None:
+        return _ALL_ONE
+    iw = np.ascontiguousarray(weights, dtype=np.float64).reshape(-1)
+    if iw.shape[0] != n:
+        raise ValueError(f"{n} rows of features but {iw.shape[0]} weights")
+    bad = ~(np.isfinite(iw) & (iw >= 0.0))
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"bad weight {float(iw[first])!r} at position {first}: "
+                         "importance weights must be finite and ≥ 0")
+    return iw
 
 
 class _Prepared(NamedTuple):

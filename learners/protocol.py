@@ -7,11 +7,16 @@ be split over shards that are coupled only through ``combine``::
 
     partial, memo = algo.predict(shard_state, idx, vals, bias, scalars)  # per shard, pure
     total = sum of partials over shards      # ŷ (one per output), then extra sums such as |x|²
-    yhat, loss, feedback = algo.combine(scalars, total, y, loss_code, loss_param)  # advances the globals
+    yhat, loss, feedback = algo.combine(scalars, total, y, loss_code, loss_param, weight)  # advances the globals
     algo.update(shard_state, idx, vals, bias, scalars, feedback, memo)  # per shard
 
 ``memo`` carries what a shard keeps until the feedback arrives (the weights
 it predicted with). The fused kernel does exactly this arithmetic.
+
+Importance weights: a weight h ≥ 0 multiplies the example's loss. It enters
+in ``combine`` only (the gradient methods scale g by h there, the
+implicit/PA/aProx family its step size), so the shards never see it; h = 0
+returns no feedback and changes nothing.
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ class Learner(Protocol):
 
     def check_state(self, state: LearnerState, n_outputs: int) -> None: ...
 
-    def learn_rows(self, state, indptr, indices, data, dense, bias, y, loss, loss_param, scores, losses) -> None: ...
+    def learn_rows(self, state, indptr, indices, data, dense, bias, y, iw, loss, loss_param, scores,
+                   losses) -> None: ...
 
     def weights(self, state: LearnerState) -> np.ndarray: ...
 
@@ -48,7 +54,7 @@ class Learner(Protocol):
 class ShardableLearner(Learner, Protocol):
     def predict(self, state, indices, data, bias, scalars, learning=True) -> tuple[np.ndarray, object]: ...
 
-    def combine(self, scalars: dict, total: np.ndarray, y: float, loss: int,
-                loss_param: float = 0.0) -> tuple[np.ndarray, float, np.ndarray | None]: ...
+    def combine(self, scalars: dict, total: np.ndarray, y: float, loss: int, loss_param: float = 0.0,
+                weight: float = 1.0) -> tuple[np.ndarray, float, np.ndarray | None]: ...
 
     def update(self, state, indices, data, bias, scalars, feedback, memo) -> None: ...

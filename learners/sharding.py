@@ -14,6 +14,7 @@ import numpy as np
 
 from .inputs import CSRBatch, as_batch
 from .losses import DEFAULT_LOSS_PARAM, loss_code, prepare_labels
+from .model import importance_weights
 from .state import LearnerState
 
 _MASK64 = (1 << 64) - 1
@@ -110,11 +111,14 @@ class ShardedLearner:
                 vals = np.concatenate([[1.0], vals])
             yield coords, vals
 
-    def learn(self, X, y) -> np.ndarray:
+    def learn(self, X, y, weights=None) -> np.ndarray:
+        """Like :meth:`OnlineLearner.learn`; the weights enter at ``combine``."""
         y = prepare_labels(self.loss, y, self.n_outputs)
+        iw = importance_weights(weights, y.shape[0])
+        iw = iw if iw.shape[0] else np.ones(y.shape[0])
         k = len(self.shards)
         scores = []
-        for (coords, vals), label in zip(self._rows(X), y):
+        for (coords, vals), label, weight in zip(self._rows(X), y, iw):
             owner = shards_of(coords, k)
             slices, total = [], None
             learning = not np.isnan(label)
@@ -124,7 +128,8 @@ class ShardedLearner:
                 partial, memo = self.algorithm.predict(shard.state, idx, v, False, self.scalars, learning)
                 total = partial if total is None else total + partial
                 slices.append((idx, v, memo))
-            yhat, _, feedback = self.algorithm.combine(self.scalars, total, float(label), self._loss, self.loss_param)
+            yhat, _, feedback = self.algorithm.combine(self.scalars, total, float(label), self._loss, self.loss_param,
+                                                       float(weight))
             scores.append(yhat.copy())
             if feedback is not None:
                 for shard, (idx, v, memo) in zip(self.shards, slices):

@@ -84,14 +84,15 @@ def run_kernel(name, parts, y, n_coords):
     kernel = K.LEARN_ROWS[algo.spec.code]
     scores, losses = np.empty((len(y), 1)), np.empty(len(y))
     no_indices = np.empty(0, dtype=np.int64)
+    no_weights = np.empty(0)  # all 1
     t0 = time.perf_counter()
     for a, b, Xb in parts:
         if isinstance(Xb, tuple):
-            kernel(prm, glob_, P, Q, *Xb, False, True, y[a:b], LOGISTIC, 0.0, scores[a:b], losses[a:b])
+            kernel(prm, glob_, P, Q, *Xb, False, True, y[a:b], no_weights, LOGISTIC, 0.0, scores[a:b], losses[a:b])
         else:
             indptr = np.arange(b - a + 1, dtype=np.int64) * Xb.shape[1]
-            kernel(prm, glob_, P, Q, indptr, no_indices, Xb.reshape(-1), True, True, y[a:b], LOGISTIC, 0.0,
-                   scores[a:b], losses[a:b])
+            kernel(prm, glob_, P, Q, indptr, no_indices, Xb.reshape(-1), True, True, y[a:b], no_weights, LOGISTIC,
+                   0.0, scores[a:b], losses[a:b])
     return time.perf_counter() - t0, losses.mean()
 
 

@@ -23,38 +23,45 @@ _HEADER = (
 
 
 class ProgressTable:
-    """VW's progress table: a line at every power of two examples."""
+    """VW's progress table: a line at every power of two examples. As VW's,
+    the averages are weighted: Σ h ℓ / Σ h over the labelled examples, h the
+    importance weight; "example weight" is Σ h over all examples so far."""
 
     def __init__(self, out=sys.stderr, enabled: bool = True):
         self.out, self.enabled = out, enabled
         self.count = 0
+        self.weight_sum = 0.0
         self.total = 0.0
-        self.labelled = 0
-        self.since_labelled = 0
+        self.labelled = 0.0
+        self.since_labelled = 0.0
         self.since_total = 0.0
         self.next_report = 1
         if enabled:
             print(_HEADER, file=out)
 
-    def add(self, losses: np.ndarray, labels: np.ndarray, scores: np.ndarray, n_features: np.ndarray) -> None:
+    def add(self, losses: np.ndarray, labels: np.ndarray, scores: np.ndarray, n_features: np.ndarray,
+            weights: np.ndarray | None = None) -> None:
         """Losses of unlabelled examples are NaN: they count as examples, not in the averages."""
         labelled = ~np.isnan(losses)
-        cum = np.cumsum(np.where(labelled, losses, 0.0))
-        cum_labelled = np.cumsum(labelled)
-        base_total, base_count, base_labelled = self.total, self.count, self.labelled
+        h = np.ones(losses.shape[0]) if weights is None else weights
+        cum = np.cumsum(np.where(labelled, h * losses, 0.0))
+        cum_labelled = np.cumsum(np.where(labelled, h, 0.0))
+        cum_weight = np.cumsum(h)
+        base_total, base_count, base_labelled, base_weight = self.total, self.count, self.labelled, self.weight_sum
         while self.enabled and self.next_report <= base_count + losses.shape[0]:
             i = self.next_report - base_count - 1
             total, seen = base_total + cum[i], base_labelled + cum_labelled[i]
             since = total - self.since_total
             n_since = seen - self.since_labelled
-            print(f"{total / max(seen, 1):<8.6f} {since / max(n_since, 1):<8.6f} {self.next_report:>12d} "
-                  f"{float(self.next_report):>14.1f} {labels[i]:>8.4f} {scores[i]:>8.4f} {n_features[i]:>8d}",
+            print(f"{total / (seen or 1):<8.6f} {since / (n_since or 1):<8.6f} {self.next_report:>12d} "
+                  f"{base_weight + cum_weight[i]:>14.1f} {labels[i]:>8.4f} {scores[i]:>8.4f} {n_features[i]:>8d}",
                   file=self.out)
             self.since_total, self.since_labelled = total, seen
             self.next_report *= 2
         self.total = base_total + (cum[-1] if cum.size else 0.0)
         self.count = base_count + losses.shape[0]
-        self.labelled = base_labelled + (int(cum_labelled[-1]) if cum.size else 0)
+        self.labelled = base_labelled + (float(cum_labelled[-1]) if cum.size else 0.0)
+        self.weight_sum = base_weight + (float(cum_weight[-1]) if cum.size else 0.0)
 
 
 def _build_learner(args, reader) -> OnlineLearner:
@@ -102,25 +109,6 @@ def _label_column(reader) -> str:
     return "" if name is None else f" (label column {name!r})"
 
 
-class _ImportanceWeights:
-    """Importance weights (VW text) are read but the kernels do not apply
-    them yet: weight 0 is honoured (predict, do not learn, as VW does);
-    other weights ≠ 1 are learned as 1, with one warning."""
-
-    def __init__(self, log):
-        self.log, self.warned = log, False
-
-    def labels(self, batch) -> np.ndarray:
-        if batch.weights is None:
-            return batch.y
-        zero = batch.weights == 0
-        if not self.warned and np.any((batch.weights != 1) & ~zero):
-            print("scinol: warning: importance weights other than 0 and 1 are read but not applied yet; "
-                  "those examples count once", file=self.log)
-            self.warned = True
-        return np.where(zero, np.nan, batch.y) if zero.any() else batch.y
-
-
 def _write_predictions(out, scores, tags) -> None:
     """One line per example: the score(s), then the VW tag if it has one."""
     rows = scores.reshape(scores.shape[0], -1)
@@ -137,7 +125,8 @@ def run(args) -> int:
         raise UsageError(f"--passes must be at least 1, not {args.passes}")
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, not {args.batch_size}")
-    reader = open_reader(args.data, args.format, label=args.label, header=args.header, delimiter=args.delimiter)
+    reader = open_reader(args.data, args.format, label=args.label, header=args.header, delimiter=args.delimiter,
+                         weight=args.weight_column)
     if interactions_of(args) and not hasattr(reader, "hash_bits"):
         raise UsageError("-q/--cubic cross namespaces: they need a VW text file (--format vw)")
     model = _build_learner(args, reader)
@@ -148,24 +137,23 @@ def run(args) -> int:
         print(f"learner = {model.algorithm.name} {model.algorithm.params}, loss = {model.loss}, "
               f"bias = {model.bias}, data = {args.data}", file=log)
     table = ProgressTable(log, enabled=not args.quiet)
-    weights = _ImportanceWeights(log)
     pred_out = open(args.predictions, "w") if args.predictions else None
     total_features = 0
     try:
         for _ in range(args.passes):
             for batch in prefetch(reader.batches(args.batch_size)):
-                y = weights.labels(batch)
+                y = batch.y
                 rows = ((batch.indptr, batch.indices, batch.data) if batch.namespaces is None
                         else NamespacedRows(batch.indptr, batch.indices, batch.data, batch.namespaces))
                 try:
-                    scores, losses = model.learn(rows, y, return_losses=True)
+                    scores, losses = model.learn(rows, y, batch.weights, return_losses=True)
                 except LabelError as exc:
                     line = int(batch.lines[exc.position])
                     raise DataError(args.data, line, 0, f"label {exc.detail}{_label_column(reader)}") from None
                 n_features = np.diff(batch.indptr) + model.bias
                 total_features += int(n_features.sum())
                 first = scores if scores.ndim == 1 else scores[:, 0]
-                table.add(losses, batch.y, first, n_features)
+                table.add(losses, batch.y, first, n_features, batch.weights)
                 if pred_out is not None:
                     _write_predictions(pred_out, scores, batch.tags)
     finally:
@@ -175,7 +163,7 @@ def run(args) -> int:
         model.save(args.save)
     if not args.quiet:
         avg = table.total / table.labelled if table.labelled else float("nan")
-        print(f"\nfinished run\nnumber of examples = {table.count}\nweighted example sum = {float(table.count)}\n"
+        print(f"\nfinished run\nnumber of examples = {table.count}\nweighted example sum = {table.weight_sum}\n"
               f"average loss = {avg:.6f}\ntotal feature number = {total_features}", file=log)
         if args.save:
             print(f"model saved to {args.save}", file=log)
@@ -192,6 +180,9 @@ def add_parser(sub) -> None:
     p.add_argument("--label", default=None, help="CSV label column: header name or 0-based index (default: first column)")
     p.add_argument("--header", choices=["auto", "yes", "no"], default="auto", help="CSV header line (default: auto)")
     p.add_argument("--delimiter", default=None, help="CSV delimiter (default: sniffed from , ; tab)")
+    p.add_argument("--weight-column", metavar="NAME", default=None,
+                   help="CSV column of importance weights >= 0: header name or 0-based index (libsvm files give "
+                        "them as label:weight, VW files as 'label weight'; default: all 1)")
     add_learner_options(p)
     add_interaction_options(p)
     p.add_argument("-b", "--hash-bits", type=int, default=None,

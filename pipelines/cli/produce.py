@@ -18,7 +18,7 @@ def run(args) -> int:
     if args.generate:
         events, total = generated_events(args.generate, args.n, args.seed, args.model), args.n
     else:
-        reader = open_reader(args.data, args.format, label=args.label)
+        reader = open_reader(args.data, args.format, label=args.label, weight=args.weight_column)
         events, total = file_events(reader, args.model), None
     count, rate = produce_events(args.bootstrap, args.topic, events, partitions=args.partitions, rate=args.rate,
                                  total=total, kafka_config=kafka_settings(args.kafka_config, args.kafka_config_file),
@@ -36,6 +36,8 @@ def add_parser(sub) -> None:
     add_kafka_options(p, "the topic to write (created when missing)")
     p.add_argument("--format", choices=["csv", "libsvm", "vw"], help="file format (default: from the extension)")
     p.add_argument("--label", default=None, help="CSV label column: header name or 0-based index")
+    p.add_argument("--weight-column", metavar="NAME", default=None,
+                   help="CSV column of importance weights >= 0 (the events' weight; libsvm: label:weight)")
     p.add_argument("--generate", choices=["toy"], help="generated data instead of a file (Kempka et al. 2019 §4.1)")
     p.add_argument("--n", type=int, default=5000, help="--generate: number of events")
     p.add_argument("--seed", type=int, default=0, help="--generate: random seed")

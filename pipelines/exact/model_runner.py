@@ -22,6 +22,16 @@ from pipelines.records.predictions import ProgressiveMetrics, labelled_predictio
 from pipelines.state.checkpoints import CheckpointStore
 
 
+def event_weights(events: list[dict]) -> np.ndarray | None:
+    """The events' importance weights for ``learn`` (None when all are 1).
+    Validation (:mod:`pipelines.records.validation`) has already sent events
+    with a NaN, infinite or non-positive weight to the dead letters."""
+    weights = [e.get("weight") for e in events]
+    if all(w is None for w in weights):
+        return None
+    return np.array([1.0 if w is None else w for w in weights], dtype=np.float64)
+
+
 class LabelSettings(NamedTuple):
     """Delayed labels: where they come from, and how long and how many wait."""
     topic: str
@@ -101,7 +111,7 @@ class ModelRunner:
             events = [self._with_early_label(e) for e in events]
         rows, y = learner_rows(events, self.learner)
         version = self.learner.n_examples
-        scores, losses = self.learner.learn(rows, y, return_losses=True)
+        scores, losses = self.learner.learn(rows, y, event_weights(events), return_losses=True)
         scores = scores.reshape(len(events), -1)
         now_ms = time.time() * 1000.0
         labelled = ~np.isnan(y)
@@ -121,7 +131,10 @@ class ModelRunner:
         if event.get("label") is not None:
             return event
         early = self.pending.take_early_label(event["id"], int(millis(event["timestamp"])))
-        return event if early is None else {**event, "label": early.label}
+        if early is None:
+            return event
+        # the label's weight when it has one (NaN: none), as for a label that comes later
+        return {**event, "label": early.label, **({} if early.weight != early.weight else {"weight": early.weight})}
 
     def _hold_unlabelled(self, items, events, records, scores, rows) -> None:
         indptr, indices, data = rows[:3]
@@ -170,7 +183,9 @@ class ModelRunner:
         else:
             batch = (indptr, indices, data)
         y = prepare_labels(self.learner.loss, [m.label for m in matched], self.learner.n_classes or 1)
-        self.learner.learn(batch, y)
+        # the label's weight when it has one (NaN: none), else the event's
+        weights = np.array([m.event.weight if m.weight != m.weight else m.weight for m in matched])
+        self.learner.learn(batch, y, weights)
         scores = np.array([w.scores for w in rows])  # the predictions made when the events arrived
         losses = losses_of(self.learner.loss, y, scores, self.learner.loss_param)
         self.metrics.count(scores, y, losses)

@@ -47,13 +47,18 @@ def guess_format(path: str) -> str:
     raise DataError(path, 0, 0, "cannot guess the format from the extension; pass --format csv|libsvm")
 
 
-def open_reader(path, fmt=None, *, label=None, header="auto", delimiter=None, hash_bits=18, hash_seed=0) -> "Reader":
+def open_reader(path, fmt=None, *, label=None, header="auto", delimiter=None, hash_bits=18, hash_seed=0,
+                weight=None) -> "Reader":
     """A reader for csv, libsvm or vw (Vowpal Wabbit text, names hashed with
-    hash_bits/hash_seed) files; the format from the extension if not given."""
+    hash_bits/hash_seed) files; the format from the extension if not given.
+    ``weight``: the CSV column of importance weights (name or index)."""
     path = str(path)
     fmt = fmt or guess_format(path)
     if fmt == "csv":
-        return CsvReader(path, label=label, header=header, delimiter=delimiter)
+        return CsvReader(path, label=label, header=header, delimiter=delimiter, weight=weight)
+    if weight is not None:
+        raise DataError(path, 0, 0, f"a weight column is for CSV files; {fmt} files carry their weights in the "
+                                    "label (libsvm label:weight, VW label weight)")
     if fmt == "libsvm":
         return LibsvmReader(path)  # label/header/delimiter do not apply
     if fmt == "vw":
@@ -66,7 +71,7 @@ def open_reader(path, fmt=None, *, label=None, header="auto", delimiter=None, ha
 # ----------------------------------------------------------------- helpers
 
 class CsvReader(Reader):
-    def __init__(self, path, *, label=None, header="auto", delimiter=None):
+    def __init__(self, path, *, label=None, header="auto", delimiter=None, weight=None):
         self.path = path = str(path)
         with _read_errors(path), _open_text(path) as f:
             first = next((text for text in f if text.strip()), None)
@@ -89,28 +94,19 @@ class CsvReader(Reader):
             raise ValueError(f"header must be 'auto', 'yes' or 'no', not {header!r}")
         names = [field.strip() for field in row] if has_header else None
 
-        if label is None:
-            col = 0
-        elif isinstance(label, int) or _INT_RE.fullmatch(label):
-            col = int(label)
-            if not -n <= col < n:
-                raise DataError(path, line, 0, f"label column index {col} out of range (the file has {n} columns)")
-            col %= n
-        elif names is None:
-            raise DataError(path, line, 0, f"label column {label!r} named but the file has no header; give its index instead")
-        elif label not in names:
-            raise DataError(path, line, 0, f"no label column {label!r} in header (columns: {', '.join(names)})")
-        else:
-            col = names.index(label)
+        col = 0 if label is None else _column(path, line, "label", label, names, n)
+        wcol = None if weight is None else _column(path, line, "weight", weight, names, n)
+        if wcol is not None and wcol == col:
+            raise DataError(path, line, 0, f"the weight column {weight!r} is the label column")
 
-        self._n_fields, self._label_col, self._has_header = n, col, has_header
+        self._n_fields, self._label_col, self._weight_col, self._has_header = n, col, wcol, has_header
         self._header_end = first_end if has_header else 0
-        self._feature_cols = np.array([c for c in range(n) if c != col], dtype=np.int64)
+        self._feature_cols = np.array([c for c in range(n) if c != col and c != wcol], dtype=np.int64)
         self._col_names = names if names is not None else list(range(n))  # for messages
         self.label_name = self._col_names[col]
-        self.n_features = n - 1
+        self.n_features = self._feature_cols.shape[0]
         self.feature_names = ([names[c] for c in self._feature_cols] if names is not None
-                              else [f"c{j}" for j in range(n - 1)])
+                              else [f"c{j}" for j in range(self.n_features)])
 
     def _records(self):
         """Yield (first_line, last_line, fields) for each non-blank CSV record."""
@@ -194,8 +190,17 @@ class CsvReader(Reader):
     def _dense_batch(self, dense: np.ndarray, lines: np.ndarray) -> Batch:
         x = dense[:, self._feature_cols]
         r, c = np.nonzero(x)  # row-major order: indices come out sorted within rows
+        lines = np.asarray(lines, dtype=np.int64)
+        weights = None
+        if self._weight_col is not None:
+            weights = dense[:, self._weight_col].copy()
+            bad = np.flatnonzero(weights < 0)  # finite already: both paths refuse NaN and inf first
+            if bad.size:
+                i = int(bad[0])
+                raise DataError(self.path, int(lines[i]), 0, f"bad weight {float(weights[i])!r} in column "
+                                f"{self._col_names[self._weight_col]!r}: importance weights must be >= 0")
         return Batch(_indptr(r, dense.shape[0]), c.astype(np.int64), x[r, c],
-                     dense[:, self._label_col].copy(), np.asarray(lines, dtype=np.int64))
+                     dense[:, self._label_col].copy(), lines, weights)
 
     def _check_row(self, start, end, row) -> list[float]:
         for j, field in enumerate(row):
@@ -228,6 +233,20 @@ class CsvReader(Reader):
             pos = k
         line_start = text.rfind("\n", 0, pos) + 1
         return start + text.count("\n", 0, pos), pos - line_start + 1
+
+
+def _column(path, line, what, spec, names, n) -> int:
+    """The index of the ``what`` column given by header name or 0-based index."""
+    if isinstance(spec, int) or _INT_RE.fullmatch(spec):
+        col = int(spec)
+        if not -n <= col < n:
+            raise DataError(path, line, 0, f"{what} column index {col} out of range (the file has {n} columns)")
+        return col % n
+    if names is None:
+        raise DataError(path, line, 0, f"{what} column {spec!r} named but the file has no header; give its index instead")
+    if spec not in names:
+        raise DataError(path, line, 0, f"no {what} column {spec!r} in header (columns: {', '.join(names)})")
+    return names.index(spec)
 
 
 def _field_start(text: str, j: int, delim: str) -> int:
@@ -278,8 +297,9 @@ class LibsvmReader(Reader):
             for block in byte_blocks(self.path):
                 pos = 0
                 while True:
-                    status, pos, line, rows.n = parse_libsvm(block, pos, line, rows.y, rows.lines, rows.indptr,
-                                                             rows.indices, rows.data, rows.n, POW5_HI, POW5_LO)
+                    status, pos, line, rows.n = parse_libsvm(block, pos, line, rows.y, rows.weights, rows.lines,
+                                                             rows.indptr, rows.indices, rows.data, rows.n, POW5_HI,
+                                                             POW5_LO)
                     if status == DONE:
                         break
                     if status == VALUES_FULL:
@@ -298,29 +318,30 @@ class LibsvmReader(Reader):
 
 
 def _python_libsvm_row(path, lineno, raw):
-    """(label, indices, values) of one line, sorted, zeros dropped; None if
-    blank; DataError at its first bad token."""
+    """(label, indices, values, weight) of one line, sorted, zeros dropped;
+    None if blank; DataError at its first bad token."""
     text = raw.partition("#")[0]
     tokens = text.split()
     if not tokens:
         return None
     try:
-        y = float(tokens[0])
+        label, colon, weight = tokens[0].partition(":")
+        y, w = float(label), float(weight) if colon else 1.0
         idx, val = [], []
         for token in tokens[1:]:
             k, _, v = token.partition(":")
             if k != "qid":
                 idx.append(int(k))
                 val.append(float(v))
-        total = y + sum(val)
-        ok = (total - total == 0 and len(set(idx)) == len(idx)
+        total = y + w + sum(val)
+        ok = (total - total == 0 and w >= 0 and len(set(idx)) == len(idx)
               and (not idx or (min(idx) >= 0 and max(idx) <= _MAX_INDEX)))
     except ValueError:
         ok = False
     if not ok:
-        y, idx, val = _parse_libsvm_line(path, lineno, text)
+        y, w, idx, val = _parse_libsvm_line(path, lineno, text)
     pairs = sorted((i, v) for i, v in zip(idx, val) if v != 0)
-    return y, [i for i, _ in pairs], [v for _, v in pairs]
+    return y, [i for i, _ in pairs], [v for _, v in pairs], w
 
 
 def _parse_libsvm_line(path, lineno, text):
@@ -328,11 +349,13 @@ def _parse_libsvm_line(path, lineno, text):
     bad token (column = where the token starts)."""
     tokens = [(m.start() + 1, m.group()) for m in re.finditer(r"\S+", text)]
     col, label = tokens[0]
+    label, colon, weight = label.partition(":")
     if not _is_float(label):
         raise DataError(path, lineno, col, f"non-numeric value {label!r} for the label")
     y = float(label)
     if not math.isfinite(y):
         raise DataError(path, lineno, col, f"non-finite value {label!r} for the label")
+    w = _importance_weight(path, lineno, col + len(label) + 1, weight) if colon else 1.0
     idx, val, seen = [], [], set()
     for col, token in tokens[1:]:
         k, sep, v = token.partition(":")
@@ -358,4 +381,12 @@ def _parse_libsvm_line(path, lineno, text):
         seen.add(i)
         idx.append(i)
         val.append(x)
-    return y, idx, val
+    return y, w, idx, val
+
+
+def _importance_weight(path, lineno, col, text) -> float:
+    """An importance weight: a finite number ≥ 0 (DataError "bad weight ..." otherwise)."""
+    w = float(text) if _is_float(text) else math.nan
+    if not (math.isfinite(w) and w >= 0):
+        raise DataError(path, lineno, col, f"bad weight {text!r}: importance weights must be finite numbers >= 0")
+    return w

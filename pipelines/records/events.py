@@ -113,8 +113,11 @@ def file_events(reader, model: str = "default", passes: int = 1) -> Iterator[dic
                     features = {"values": row.tolist()}
                 else:
                     features = {"indices": idx.tolist(), "values": val.tolist()}
+                label, weight = float(batch.y[i]), 1.0 if batch.weights is None else float(batch.weights[i])
+                if weight == 0:  # as for VW files below: event weights are > 0
+                    label = None
                 yield {"id": f"{name}:{int(batch.lines[i])}{suffix}", "timestamp": now, "model": model,
-                       "features": features, "label": float(batch.y[i]), "weight": None}
+                       "features": features, "label": label, "weight": None if weight in (0, 1) else weight}
 
 
 def vw_events(path: str, model: str = "default", passes: int = 1) -> Iterator[dict]:

@@ -1,7 +1,8 @@
 """The compiled libsvm/svmlight line parser over byte blocks.
 
 ``label index:value ...`` per line, ``#`` starts a comment, ``qid:...``
-tokens are skipped. The parser fills CSR arrays for whole lines, rows
+tokens are skipped. The label may carry an importance weight,
+``label:weight`` (as XGBoost's libsvm text reads it); without one it is 1. The parser fills CSR arrays for whole lines, rows
 sorted by index with zero values dropped. Any line it does not fully
 understand (an odd token, a duplicate index, bytes outside ASCII, a number
 :mod:`pipelines.records.numbers` leaves undecided) is handed back untouched
@@ -79,10 +80,10 @@ def _is_qid(buf, start, end):
 
 @njit(cache=True)
 def _parse_line(buf, pos, indices, values, nnz, pow5_hi, pow5_lo):
-    """(kind, next line's position, nnz after the row, label) for the line
-    at pos, in one pass: kind 1 a row, 0 a blank line, or PYTHON / VALUES_FULL."""
+    """(kind, next line's position, nnz after the row, label, weight) for the
+    line at pos, in one pass: kind 1 a row, 0 a blank line, or PYTHON / VALUES_FULL."""
     n, cap = buf.shape[0], indices.shape[0]
-    i, tokens, label = pos, 0, 0.0
+    i, tokens, label, weight = pos, 0, 0.0, 1.0
     while True:
         while i < n and is_blank(buf[i]):
             i += 1
@@ -90,8 +91,12 @@ def _parse_line(buf, pos, indices, values, nnz, pow5_hi, pow5_lo):
             break
         if tokens == 0:
             status, label, i = scan_decimal(buf, i, n, pow5_hi, pow5_lo)
+            if status == OK and i < n and buf[i] == 58:  # label:weight; a bad weight is Python's to report
+                status, weight, i = scan_decimal(buf, i + 1, n, pow5_hi, pow5_lo)
+                if not weight >= 0.0:
+                    return PYTHON, pos, nnz, 0.0, 1.0
             if status != OK or (i < n and not ends_token(buf[i])):
-                return PYTHON, pos, nnz, 0.0
+                return PYTHON, pos, nnz, 0.0, 1.0
             tokens = 1
             continue
         start = i
@@ -103,29 +108,29 @@ def _parse_line(buf, pos, indices, values, nnz, pow5_hi, pow5_lo):
             while i < n and not (ends_token(buf[i]) or buf[i] == 58):
                 i += 1
             if not _is_qid(buf, start, i):
-                return PYTHON, pos, nnz, 0.0
+                return PYTHON, pos, nnz, 0.0, 1.0
             while i < n and not ends_token(buf[i]):  # qid:... is skipped
                 i += 1
             continue
         status, value, i = scan_decimal(buf, i + 1, n, pow5_hi, pow5_lo)
         if status != OK or (i < n and not ends_token(buf[i])):
-            return PYTHON, pos, nnz, 0.0
+            return PYTHON, pos, nnz, 0.0, 1.0
         if nnz == cap:
-            return VALUES_FULL, pos, nnz, 0.0
+            return VALUES_FULL, pos, nnz, 0.0, 1.0
         indices[nnz] = index
         values[nnz] = value
         nnz += 1
     while i < n and not is_line_end(buf[i]):  # a comment: Python checks non-ASCII text
         if needs_python(buf[i]):
-            return PYTHON, pos, nnz, 0.0
+            return PYTHON, pos, nnz, 0.0, 1.0
         i += 1
     if i < n and buf[i] == 13 and i + 1 < n and buf[i + 1] == 10:
         i += 1
-    return (1 if tokens else 0), i + 1, nnz, label
+    return (1 if tokens else 0), i + 1, nnz, label, weight
 
 
 @njit(cache=True, nogil=True)
-def parse_libsvm(buf, pos, line, labels, lines, indptr, indices, values, n_rows, pow5_hi, pow5_lo):
+def parse_libsvm(buf, pos, line, labels, weights, lines, indptr, indices, values, n_rows, pow5_hi, pow5_lo):
     """Parse lines of buf from pos into rows n_rows, n_rows + 1, ... of the
     output arrays (indptr[n_rows] is where the next row's entries start).
 
@@ -140,13 +145,14 @@ def parse_libsvm(buf, pos, line, labels, lines, indptr, indices, values, n_rows,
         if n_rows == rows_cap:
             return ROWS_FULL, pos, line, n_rows
         lo = indptr[n_rows]
-        kind, next_pos, hi, label = _parse_line(buf, pos, indices, values, lo, pow5_hi, pow5_lo)
+        kind, next_pos, hi, label, weight = _parse_line(buf, pos, indices, values, lo, pow5_hi, pow5_lo)
         if kind == PYTHON or kind == VALUES_FULL:
             return kind, pos, line, n_rows
         if kind == 1:
             if not sort_row(indices, values, lo, hi):
                 return PYTHON, pos, line, n_rows
             labels[n_rows] = label
+            weights[n_rows] = weight
             lines[n_rows] = line
             indptr[n_rows + 1] = drop_zeros(indices, values, lo, hi)
             n_rows += 1

@@ -37,7 +37,8 @@ class Batch(NamedTuple):
     data: np.ndarray     # float64 values, exact zeros dropped
     y: np.ndarray        # float64 labels, len n (NaN: unlabelled, VW only)
     lines: np.ndarray    # int64 1-based line number of each example
-    weights: np.ndarray | None = None     # VW: float64 importance weights (not applied by the kernels yet)
+    weights: np.ndarray | None = None     # float64 importance weights ≥ 0 (VW, libsvm label:weight, CSV
+                                          # weight column); None: all 1
     namespaces: np.ndarray | None = None  # VW: uint8 namespace byte of each entry (learners.interactions)
     tags: list | None = None              # VW: each example's tag or None; None if the batch has no tag
 
@@ -94,6 +95,7 @@ class _RowBuffer:
 
     def __init__(self, capacity: int, values: int = 1 << 16):
         self.y = np.empty(capacity)
+        self.weights = np.ones(capacity)
         self.lines = np.empty(capacity, dtype=np.int64)
         self.indptr = np.zeros(capacity + 1, dtype=np.int64)
         self.indices = np.empty(values, dtype=np.int64)
@@ -105,7 +107,7 @@ class _RowBuffer:
         self.indices = np.resize(self.indices, size)
         self.data = np.resize(self.data, size)
 
-    def append(self, line: int, y: float, indices, values) -> None:
+    def append(self, line: int, y: float, indices, values, weight: float = 1.0) -> None:
         """One row parsed in Python."""
         lo = self.indptr[self.n]
         hi = lo + len(indices)
@@ -113,15 +115,18 @@ class _RowBuffer:
             self.grow(hi)
         self.indices[lo:hi] = indices
         self.data[lo:hi] = values
-        self.y[self.n], self.lines[self.n] = y, line
+        self.y[self.n], self.lines[self.n], self.weights[self.n] = y, line, weight
         self.n += 1
         self.indptr[self.n] = hi
 
     def take(self) -> Batch:
-        """The filled rows as a Batch of fresh arrays; the buffer starts over."""
+        """The filled rows as a Batch of fresh arrays (weights None when all
+        are 1); the buffer starts over."""
         n, nnz = self.n, self.indptr[self.n]
+        weighted = bool(np.any(self.weights[:n] != 1.0))
         batch = Batch(self.indptr[:n + 1].copy(), self.indices[:nnz].copy(), self.data[:nnz].copy(),
-                      self.y[:n].copy(), self.lines[:n].copy())
+                      self.y[:n].copy(), self.lines[:n].copy(), self.weights[:n].copy() if weighted else None)
+        self.weights[:n] = 1.0
         self.n = 0
         return batch
 

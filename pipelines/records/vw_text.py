@@ -165,7 +165,6 @@ class _VwRowBuffer(_RowBuffer):
 
     def __init__(self, capacity: int, values: int = 1 << 16):
         super().__init__(capacity, values)
-        self.weights = np.empty(capacity)
         self.spaces = np.empty(values, dtype=np.uint8)
         self.tag_spans = np.empty((capacity, 2), dtype=np.int64)
         self.tags: list = [None] * capacity
@@ -200,10 +199,11 @@ class _VwRowBuffer(_RowBuffer):
 
     def take(self) -> Batch:
         n, nnz = self.n, self.indptr[self.n]
+        weights = self.weights[:n].copy()  # VW batches always carry them
         batch = super().take()
         tags = self.tags[:n] if self.any_tag else None
         self.tags, self.any_tag = [None] * len(self.tags), False
-        return batch._replace(weights=self.weights[:n].copy(), namespaces=self.spaces[:nnz].copy(), tags=tags)
+        return batch._replace(weights=weights, namespaces=self.spaces[:nnz].copy(), tags=tags)
 
 
 class VwReader(Reader):

@@ -299,7 +299,9 @@ class Combiner:
         label = event.get("label")
         y = math.nan if label is None else float(prepare_labels(self.loss, [label], self.n_outputs)[0])
         version = self.learned
-        yhat, value, fb = self.algorithm.combine(self.scalars, total, y, self._loss, self.loss_param)
+        weight = event.get("weight")  # validated finite and > 0 upstream; None means 1
+        yhat, value, fb = self.algorithm.combine(self.scalars, total, y, self._loss, self.loss_param,
+                                                 1.0 if weight is None else float(weight))
         if fb is not None:
             self.learned += 1
         self.seq = seq

@@ -94,13 +94,16 @@ def test_predictions_carry_vw_tags(workdir, capsys):
     assert lines[0].split()[1] == "ex0" and len(lines[1].split()) == 1 and lines[3].endswith(" ex3")
 
 
-def test_importance_weights_zero_is_predict_only_and_others_warn(workdir, capsys):
-    (workdir / "w.vw").write_text("1 |a x\n-1 0 |a x y\n1 2 |a y\n")
-    err = ok(capsys, "learn", "w.vw", "-p", "p.txt")
-    assert sum("importance weights other than 0 and 1 are read but not applied yet" in e for e in err) == 1
-    rows = [{"a^x": 1.0}, {"a^x": 1.0, "a^y": 1.0}, {"a^y": 1.0}]
-    want = make_learner("scinol2", "logistic").learn(rows, [1.0, np.nan, 1.0])
+def test_importance_weights_are_applied(workdir, capsys):
+    (workdir / "w.vw").write_text("1 |a x\n-1 0 |a x y\n1 2 |a y\n-1 0.25 |a x\n1 |a y\n")
+    err = ok(capsys, "learn", "w.vw", "-p", "p.txt", "--save", "m.scinol")
+    rows = [{"a^x": 1.0}, {"a^x": 1.0, "a^y": 1.0}, {"a^y": 1.0}, {"a^x": 1.0}, {"a^y": 1.0}]
+    model = make_learner("scinol2", "logistic")
+    want = model.learn(rows, [1.0, -1.0, 1.0, -1.0, 1.0], [1.0, 0.0, 2.0, 0.25, 1.0])
     assert np.array_equal(read_predictions("p.txt"), want)
+    assert np.array_equal(OnlineLearner.load("m.scinol").weights(), model.weights())
+    assert OnlineLearner.load("m.scinol").n_examples == 4  # weight 0: predicted, not learned from
+    assert "weighted example sum = 4.25" in err
 
 
 @pytest.mark.parametrize("args,expected", [

@@ -131,3 +131,53 @@ def test_a_snapshot_continues_bit_identically_with_position_and_waiting_events()
     first.process(items[400:])
     np.testing.assert_array_equal(copy.learner.state.arrays["P"], first.learner.state.arrays["P"])
     assert copy.checkpoint_due() == first.checkpoint_due() and copy.metrics.as_dict() == first.metrics.as_dict()
+
+
+def weighted(items, seed=0):
+    """The stream with importance weights: None (1) on some events, others in (0, 5]."""
+    rng = np.random.default_rng(seed)
+    w = np.where(rng.uniform(size=len(items)) < 0.3, 1.0, rng.uniform(0.01, 5.0, size=len(items)))
+    out = [(m, {**e, "weight": None if h == 1.0 else float(h)}) for (m, e), h in zip(items, w)]
+    return w, out
+
+
+def test_event_weights_are_applied_as_the_in_memory_learner_applies_them():
+    X, y, items = stream(600)
+    w, items = weighted(items)
+    r = runner()
+    preds = [p for lo in range(0, 600, 128) for p in r.process(items[lo:lo + 128])]
+    want = make_learner("scinol2", "logistic")
+    np.testing.assert_array_equal([p["score"] for p in preds], want.learn(X, y, w))
+    np.testing.assert_array_equal(r.learner.state.arrays["P"], want.state.arrays["P"])
+    unweighted = make_learner("scinol2", "logistic")
+    unweighted.learn(X, y)
+    assert not np.array_equal(unweighted.state.arrays["P"], want.state.arrays["P"])  # the weights did matter
+
+
+def test_late_labels_learn_with_the_label_weight_else_the_event_weight():
+    """A label's weight replaces its event's; a label without one (null) keeps
+    the event's: for a label that comes after its event and for one that
+    comes first alike."""
+    from pipelines.exact.model_runner import LabelSettings
+
+    X, y, items = stream(60)
+    w, items = weighted(items, seed=1)
+    label_w = np.where(np.arange(60) % 3 == 0, 2.5, np.nan)  # every third label carries its own weight
+    r = ModelRunner("m", lambda: make_learner("scinol2", "logistic"), labels=LabelSettings("labels", 3.6e6, 100))
+    bare = [(m, {**e, "label": None}) for m, e in items]
+
+    def label(i):  # labels 50..59 arrive first (offsets 0..9), then 0..49
+        return (Msg("labels", 0, (i + 10) % 60), {
+            "event_id": f"e{i}", "label": float(y[i]) if y[i] == y[i] else 1.0, "timestamp": 1_700_000_000_000 + i,
+            "weight": None if np.isnan(label_w[i]) else float(label_w[i])})
+
+    r.process_labels([label(i) for i in range(50, 60)])  # labels first: they wait for their events
+    r.process(bare)
+    out, _, dead = r.process_labels([label(i) for i in range(50)])
+    assert dead == [] and r.labels_learned == 50 and r.learner.n_examples == 60  # 10 met their label on arrival
+    order = list(range(50, 60)) + list(range(50))
+    labels = np.array([y[i] if y[i] == y[i] else 1.0 for i in order])
+    weights = np.where(np.isnan(label_w[order]), w[order], label_w[order])
+    want = make_learner("scinol2", "logistic")
+    want.learn(X[order], labels, weights)
+    np.testing.assert_array_equal(r.learner.state.arrays["P"], want.state.arrays["P"])

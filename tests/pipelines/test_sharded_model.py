@@ -137,3 +137,24 @@ def test_lost_feedback_at_zero_staleness_is_given_up_after_the_timeout():
     while loop.feedback_queue:
         loop._deliver()
     assert len(loop.predictions) == len(items)  # the shards went on
+
+
+@pytest.mark.parametrize("learner_name", ["scinol2", "kt", "implicit"])
+def test_zero_staleness_with_event_weights_equals_one_weighted_learner(learner_name):
+    """The weight enters at the combiner (it scales g, or the step size, in
+    ``combine``): the shards apply the feedback as they get it."""
+    loss = "squared" if learner_name == "implicit" else "logistic"
+    X, y, items = stream(300)
+    if loss == "squared":
+        y = np.where(np.isnan(y), np.nan, X[:, 0] - 0.5 * X[:, 1])
+        items = [(pos, {**e, "label": None if np.isnan(v) else float(v)}) for (pos, e), v in zip(items, y)]
+    w = np.random.default_rng(3).choice([1.0, 0.25, 3.0, 40.0], size=len(items))
+    items = [(pos, {**e, "weight": None if h == 1.0 else h}) for (pos, e), h in zip(items, w)]
+    exact = make_learner(learner_name, loss)
+    want = exact.learn(X, y, w)
+    loop = Loop(make_learner(learner_name, loss), 3, staleness=0)
+    loop.run(items)
+    np.testing.assert_allclose([p["score"] for p in loop.predictions], want, rtol=1e-9, atol=1e-12)
+    merged = merged_arrays(loop, exact.state.n_coords)
+    for name, arr in exact.state.arrays.items():
+        np.testing.assert_allclose(merged.arrays[name], arr, rtol=1e-9, atol=1e-12, err_msg=name)

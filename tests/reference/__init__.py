@@ -14,14 +14,17 @@ class _WithLoss:
     def __init__(self, ref, loss: str):
         self.ref, self.loss = ref, loss
 
-    def step(self, x, y):
-        return self.ref.step(x, y, self.loss)[:3]
+    def step(self, x, y, weight=1.0):
+        return self.ref.step(x, y, self.loss, weight)[:3]
 
 
 def make_reference(name: str, d: int, loss: str, n_outputs: int = 1, **params):
     """The reference of learner ``name`` over ``d`` coordinates (the bias
-    included); ``step(x, y) -> (ŷ, Σ_j |x_j w_j|, ℓ)``, ŷ a list per output
-    or a number for the single-output-only references."""
+    included); ``step(x, y, weight=1.0) -> (ŷ, Σ_j |x_j w_j|, ℓ)``, ŷ a list
+    per output or a number for the single-output-only references. ``weight``
+    is the example's importance weight h ≥ 0, the factor on its loss: each
+    reference learns from h·ℓ as its family's docstring says, and h = 0
+    changes nothing (not even t)."""
     if name in ("scinol1", "scinol2"):
         return _WithLoss(scinol.ReferenceScInOL(int(name[-1]), d, n_outputs, **params), loss)
     if name in ("ogd", "ogd-global"):

@@ -66,15 +66,20 @@ class _Reference:
         """The weights used to predict x (no state change)."""
         return [row[:] for row in self.w]
 
-    def step(self, x: list[float], y: float, loss: str):
+    def step(self, x: list[float], y: float, loss: str, weight: float = 1.0):
+        """Importance weight h > 0: learn from the gradient of h ℓ, (h g) x;
+        t and NAG's s and N count the example once. h = 0: no change."""
         assert len(x) == self.d
         w = self._weights(x)
         yhat = [sum(x[j] * w[j][k] for j in range(self.d)) for k in range(self.K)]
         scale = [sum(abs(x[j] * w[j][k]) for j in range(self.d)) for k in range(self.K)]
         if math.isnan(y):
             return yhat, scale, math.nan
-        self.t += 1
         value, g = loss_grad(loss, y, yhat)
+        if weight == 0.0:
+            return yhat, scale, value
+        self.t += 1
+        g = [weight * gk for gk in g]
         self._learn(x, g, w)
         return yhat, scale, value
 

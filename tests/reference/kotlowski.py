@@ -66,8 +66,10 @@ class ReferenceKotlowski1:
             s2_new.append(s2)
         return w, s2_new
 
-    def step(self, x: list[float], y: float, loss: str):
-        """Predict, then (if y is not NaN) learn. Returns (ŷ, Σ|x_i w_i|, ℓ, g, w)."""
+    def step(self, x: list[float], y: float, loss: str, weight: float = 1.0):
+        """Predict, then (if y is not NaN and weight > 0) learn from weight · ℓ:
+        h ← h - (weight g) x; s² and t count the example once.
+        Returns (ŷ, Σ|x_i w_i|, ℓ, g, w)."""
         x, y = [float(v) for v in x], float(y)
         w, s2_new = self.weights(x)
         yhat = sum(xi * wi for xi, wi in zip(x, w))
@@ -75,6 +77,9 @@ class ReferenceKotlowski1:
         if math.isnan(y):
             return yhat, scale, math.nan, math.nan, w
         value, (g,) = loss_grad(loss, y, [yhat])
+        if weight == 0.0:
+            return yhat, scale, value, g, w
+        g = weight * g
         self.t += 1
         self.s2 = s2_new
         for i, xi in enumerate(x):
@@ -103,8 +108,9 @@ class ReferenceKotlowski2:
         """η = exp((hᵀS⁺h - γ) / (2α)) / α."""
         return math.exp((hSh - self.gamma) / (2.0 * self.alpha)) / self.alpha
 
-    def step(self, x, y: float, loss: str):
-        """Predict, then (if y is not NaN) learn. Returns (ŷ, Σ|x_j w_j|, ℓ, g)."""
+    def step(self, x, y: float, loss: str, weight: float = 1.0):
+        """Predict, then (if y is not NaN and weight > 0) learn from weight · ℓ:
+        h and γ see weight · g, S counts x xᵀ once. Returns (ŷ, Σ|x_j w_j|, ℓ, g)."""
         x, y = np.asarray(x, dtype=np.float64), float(y)
         S = self.S + np.outer(x, x)  # S ← S + x xᵀ
         Sp = self.pinv(S)
@@ -114,6 +120,9 @@ class ReferenceKotlowski2:
         if math.isnan(y):
             return yhat, scale, math.nan, math.nan
         value, (g,) = loss_grad(loss, y, [yhat])
+        if weight == 0.0:
+            return yhat, scale, value, g
+        g = weight * g
         self.S = S
         self.h = self.h - g * x
         self.gamma += g * g * float(x @ Sp @ x)

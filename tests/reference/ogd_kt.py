@@ -68,12 +68,17 @@ class ReferenceOGD:
         self.gradients = []                      # G_t, for regret checks
         self.played = []                         # w_t, for regret checks
 
-    def step(self, x, y, loss):
+    def step(self, x, y, loss, weight=1.0):
+        """Importance weight h: the gradient of h ℓ, (h g_k) x_j, in every sum;
+        the dimension seen and t count the example once."""
         yhat, scale = _predict(x, self.w, self.K)
         if math.isnan(y):
             return yhat, scale, math.nan
-        self.t += 1
         value, g = loss_grad(loss, y, yhat)
+        if weight == 0.0:
+            return yhat, scale, value
+        self.t += 1
+        g = [weight * gk for gk in g]
         G = [[g[k] * x[j] for k in range(self.K)] for j in range(self.d)]
         self.gradients.append(G)
         self.played.append([row[:] for row in self.w])
@@ -168,7 +173,9 @@ class ReferenceKT:
                  * self.abs_loss[j][k] / t for k in range(self.K)] for j in range(self.d)]
 
     # -- one example -------------------------------------------------------------
-    def step(self, x, y, loss):
+    def step(self, x, y, loss, weight=1.0):
+        """Importance weight h: the loss vector is the gradient of h ℓ,
+        (h g_k) x_j, clipped like any other (so h > 1 buys at most ‖ℓ_t‖ = 1)."""
         if math.isnan(y):
             yhat, _ = _predict(x, self.offline(), self.K)
             return yhat, _predict([abs(v) for v in x], self.magnitude(offline=True), self.K)[0], math.nan
@@ -176,8 +183,11 @@ class ReferenceKT:
         mag = self.magnitude()
         yhat, _ = _predict(x, w, self.K)
         scale, _ = _predict([abs(v) for v in x], mag, self.K)
-        self.t += 1
         value, g = loss_grad(loss, y, yhat)
+        if weight == 0.0:
+            return yhat, scale, value
+        self.t += 1
+        g = [weight * gk for gk in g]
         G = [[g[k] * x[j] for k in range(self.K)] for j in range(self.d)]
         if self.variant == "coord":
             ell = [[min(1.0, max(-1.0, G[j][k])) if self.clip else G[j][k] for k in range(self.K)]

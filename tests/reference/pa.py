@@ -13,6 +13,16 @@ Written from the definitions, not from the kernels (learners/math_pa.py):
   found by bisection on the one-dimensional problem along -G (not the
   post's closed form).
 
+Importance weight h > 0 (the factor on the example's loss), from the same
+definitions: implicit OGD minimises h·½(x·v - y)² + ‖v - w‖²/(2η); PA-I and
+PA-II price the slack at hC (Crammer et al. 2006 with C → hC); PA's hard
+constraint ℓ(v) = 0 is the same under any h > 0; aProx minimises
+h·max(ℓ + ⟨G, v - w⟩, ℓ_low) + ‖v - w‖²/(2η_t). The importance-aware
+implicit update (Karampatziakis & Langford 2011, §4, squared loss) is
+written from their closed form for the scaling factor,
+s(h) = (ŷ - y)(1 - exp(-hη‖x‖²))/‖x‖², w' = w - s(h) x. h = 0 changes
+nothing.
+
 Every coordinate of a dense row is visited (zeros included); the bias is an
 explicit leading 1 in x. Plain Python floats except for the linear solve.
 Each reference also keeps, per weight, Σ_t |Δw| (``wscale``): a weight is
@@ -70,13 +80,16 @@ class _Linear:
                 self.wscale[j][k] += abs(v - self.w[j][k])
                 self.w[j][k] = v
 
-    def step(self, x: list[float], y: float):
-        """Predict, then (unless y is NaN) learn. Returns (ŷ, Σ_j |x_j w_j|, ℓ)."""
+    def step(self, x: list[float], y: float, weight: float = 1.0):
+        """Predict, then (unless y is NaN or weight 0) learn from weight · ℓ.
+        Returns (ŷ, Σ_j |x_j w_j|, ℓ)."""
         yhat, scale = self._predict(x)
         if math.isnan(y):
             return yhat, scale, math.nan
+        if weight == 0.0:
+            return yhat, scale, self.loss_value(y, yhat)
         self.t += 1
-        value = self._learn(x, y, yhat)
+        value = self._learn(x, y, yhat, weight)
         return yhat, scale, value
 
     def weights(self) -> np.ndarray:
@@ -86,14 +99,23 @@ class _Linear:
 class ReferenceImplicit(_Linear):
     """Implicit OGD on the squared loss with constant rate η = lr."""
 
-    def __init__(self, d: int, lr: float = 0.1):
+    def __init__(self, d: int, lr: float = 0.1, importance_aware: float = 0.0):
         super().__init__(d)
-        self.lr = lr
+        self.lr, self.aware = lr, importance_aware
 
-    def _learn(self, x, y, yhat):
-        value, _ = loss_grad("squared", y, yhat)
-        eta = self.lr
+    def loss_value(self, y, yhat):
+        return loss_grad("squared", y, yhat)[0]
+
+    def _learn(self, x, y, yhat, weight):
+        value, (g,) = loss_grad("squared", y, yhat)
         d = len(x)
+        if self.aware:
+            x2 = sum(v * v for v in x)
+            s = g * self.lr * weight if x2 == 0.0 else g * (1.0 - math.exp(-weight * self.lr * x2)) / x2
+            self._move([[self.w[j][0] - s * x[j]] for j in range(d)])
+            return value
+        # h·½(x·v - y)² + ‖v - w‖²/(2η) is the unweighted problem with rate hη.
+        eta = weight * self.lr
         # The argmin of ½(x·v - y)² + ‖v - w‖²/(2η): its gradient
         # x (x·v - y) + (v - w)/η vanishes, i.e. (I/η + x xᵀ) v = w/η + y x.
         A = np.eye(d) / eta + np.outer(x, x)
@@ -124,16 +146,21 @@ class ReferencePA(_Linear):
         assert variant in ("pa", "pa1", "pa2") and loss in ("hinge", "epsilon_insensitive")
         self.variant, self.loss, self.C, self.eps = variant, loss, C, eps
 
-    def tau(self, value: float, x2: float) -> float:
+    def tau(self, value: float, x2: float, weight: float = 1.0) -> float:
         if x2 == 0.0:  # nothing can move ŷ: stay (Crammer et al. assume x ≠ 0)
             return 0.0
+        C = weight * self.C  # the slack's price, for h times the loss
         if self.variant == "pa":
             return value / x2
         if self.variant == "pa1":
-            return min(self.C, value / x2)
-        return value / (x2 + 1.0 / (2.0 * self.C))
+            return min(C, value / x2)
+        return value / (x2 + 1.0 / (2.0 * C))
 
-    def _learn(self, x, y, yhat):
+    def loss_value(self, y, yhat):
+        (s,) = yhat
+        return max(0.0, 1.0 - y * s) if self.loss == "hinge" else max(0.0, abs(y - s) - self.eps)
+
+    def _learn(self, x, y, yhat, weight):
         (s,) = yhat
         if self.loss == "hinge":
             value = max(0.0, 1.0 - y * s)
@@ -141,7 +168,7 @@ class ReferencePA(_Linear):
         else:
             value = max(0.0, abs(y - s) - self.eps)
             direction = sgn(y - s)
-        tau = self.tau(value, sum(v * v for v in x))
+        tau = self.tau(value, sum(v * v for v in x), weight)
         self._move([[self.w[j][0] + tau * direction * x[j]] for j in range(len(x))])
         return value
 
@@ -154,33 +181,37 @@ class ReferenceAProx(_Linear):
         super().__init__(d, n_outputs)
         self.loss, self.lr, self.power, self.loss_low, self.eps = loss, lr, power, loss_low, eps
 
-    def _learn(self, x, y, yhat):
+    def loss_value(self, y, yhat):
+        return loss_grad(self.loss, y, yhat, self.eps)[0]
+
+    def _learn(self, x, y, yhat, weight):
         value, g = loss_grad(self.loss, y, yhat, self.eps)
         eta = self.lr / self.t ** self.power
         d = len(x)
         G = [[g[k] * x[j] for k in range(self.K)] for j in range(d)]  # ∇_w ℓ
         G2 = sum(G[j][k] ** 2 for j in range(d) for k in range(self.K))
-        s = truncated_prox_step(value, G2, self.loss_low, eta)
+        s = truncated_prox_step(value, G2, self.loss_low, eta, weight)
         self._move([[self.w[j][k] - s * G[j][k] for k in range(self.K)] for j in range(d)])
         return value
 
 
-def truncated_prox_step(value: float, G2: float, low: float, eta: float) -> float:
-    """The s ≥ 0 with v = w - s G minimising max(ℓ + ⟨G, v - w⟩, ℓ_low) + ‖v - w‖²/(2η).
+def truncated_prox_step(value: float, G2: float, low: float, eta: float, weight: float = 1.0) -> float:
+    """The s ≥ 0 with v = w - s G minimising h·max(ℓ + ⟨G, v - w⟩, ℓ_low) + ‖v - w‖²/(2η)
+    (h = ``weight``).
 
     Only the component of v - w along G changes the model, so the minimiser
     is w - s G; s < 0 raises both terms, so s ≥ 0, and on s ≥ 0 the objective
-    is φ(s) = max(ℓ - s‖G‖², ℓ_low) + s²‖G‖²/(2η): convex, with right
-    derivative ‖G‖² (s/η - [ℓ - s‖G‖² > ℓ_low]), which is ≥ 0 at s = η. The
+    is φ(s) = h max(ℓ - s‖G‖², ℓ_low) + s²‖G‖²/(2η): convex, with right
+    derivative ‖G‖² (s/η - h[ℓ - s‖G‖² > ℓ_low]), which is ≥ 0 at s = hη. The
     minimiser is the least s where it is ≥ 0; found by bisection.
     """
     if G2 == 0.0:
         return 0.0  # the model is constant: nothing to gain by moving
 
     def rising(s):  # φ'_+(s) ≥ 0, written without dividing
-        return s >= (eta if value - s * G2 > low else 0.0)
+        return s >= (weight * eta if value - s * G2 > low else 0.0)
 
-    lo, hi = 0.0, eta
+    lo, hi = 0.0, weight * eta
     if rising(lo):
         return 0.0
     while True:

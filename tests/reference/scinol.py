@@ -76,15 +76,21 @@ class ReferenceScInOL:
                     w[j][k] = div(sgn(theta) * min(abs(theta), 1.0) * self.B[j][k], 2 * root)
         return w, Mt, beta
 
-    def step(self, x: list[float], y: float, loss: str):
-        """Predict, then (if y is not NaN) learn. Returns (ŷ, Σ_j |x_j w_j|, loss)."""
+    def step(self, x: list[float], y: float, loss: str, weight: float = 1.0):
+        """Predict, then (if y is not NaN and weight > 0) learn from
+        weight · ℓ: its gradient weight · g goes into G, S² and the reward
+        (η), while M (the input scale) and t count the example once.
+        Returns (ŷ, Σ_j |x_j w_j|, ℓ)."""
         w, Mt, beta = self._weights(x, self.t + 1)
         yhat = [sum(x[j] * w[j][k] for j in range(len(x))) for k in range(self.K)]
         scale = [sum(abs(x[j] * w[j][k]) for j in range(len(x))) for k in range(self.K)]
         if math.isnan(y):
             return yhat, scale, math.nan
-        self.t += 1
         value, g = loss_grad(loss, y, yhat)
+        if weight == 0.0:
+            return yhat, scale, value
+        self.t += 1
+        g = [weight * gk for gk in g]
         self.M = Mt
         for j in range(len(x)):
             for k in range(self.K):
