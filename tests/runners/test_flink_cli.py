@@ -1,0 +1,80 @@
+"""``scinol flink up / status / down`` with a real session cluster: up
+returns with the cluster registered (REST /overview shows the TaskManagers
+asked for), a second up says it is already up, down leaves no process."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from pipelines.cli.main import main
+
+pytestmark = [pytest.mark.flink, pytest.mark.slow]
+
+
+def scinol(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "zombie" not in state
+
+
+def test_up_twice_status_and_down(tmp_path, flink_home):
+    state_dir = str(tmp_path / "session")
+    port = free_port()
+    first = scinol("flink", "up", "--taskmanagers", "2", "--port", str(port), "--state-dir", state_dir)
+    try:
+        assert first.returncode == 0, first.stderr
+        assert first.stdout == f"localhost:{port}\n"
+        with urllib.request.urlopen(f"http://localhost:{port}/overview", timeout=10) as resp:
+            overview = json.load(resp)
+        assert overview["taskmanagers"] == 2 and overview["slots-total"] == 2
+        state = json.loads(Path(state_dir, "state.json").read_text())
+        pids = [state["keeper"], state["jobmanager"], *state["taskmanagers"]]
+        assert len(set(pids)) == 4 and all(alive(pid) for pid in pids)
+
+        again = scinol("flink", "up", "--taskmanagers", "2", "--state-dir", state_dir)
+        assert again.returncode == 0 and again.stdout == first.stdout
+        assert "already up" in again.stderr
+
+        shown = scinol("flink", "status", "--state-dir", state_dir)
+        assert shown.returncode == 0 and "2 TaskManagers" in shown.stderr
+    finally:
+        stopped = scinol("flink", "down", "--state-dir", state_dir)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "stopped the cluster" in stopped.stderr and "killed" not in stopped.stderr
+    assert not any(alive(pid) for pid in pids)
+    assert not Path(state_dir, "state.json").exists()
+    assert scinol("flink", "status", "--state-dir", state_dir).returncode == 1
+    assert "Traceback" not in first.stderr + again.stderr + stopped.stderr
+
+
+def test_down_without_a_cluster_says_so(tmp_path, capsys):
+    assert main(["flink", "down", "--state-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().err == "scinol flink: no cluster is up\n"
+
+
+def test_up_refuses_zero_taskmanagers(tmp_path, capsys):
+    assert main(["flink", "up", "--taskmanagers", "0", "--state-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("scinol: error: flink up: --taskmanagers") and err.count("\n") == 1
+    assert not os.listdir(tmp_path)  # nothing started, nothing recorded
