@@ -96,21 +96,28 @@ def _not_a_dead_letter_stop(record: logging.LogRecord) -> bool:
 
 
 def _interrupt(*_) -> None:
+    import threading
+
+    # Beam's threads (the job's state reader, the in-process SDK harness's
+    # data plane) fail once the job server is stopped and log or print
+    # tracebacks: expected while stopping, not worth showing.
+    threading.excepthook = lambda hook_args: None
+    logging.disable(logging.CRITICAL)
     raise KeyboardInterrupt
 
 
 def launch(cfg) -> int:
     """Run the pipeline; a bounded run ends with one summary line (and a
     warning when nothing but dead letters came out)."""
+    import signal
+
     from pipelines.launch import run as run_pipeline
     from pipelines.launch import summarize
-
-    import signal
 
     # SIGTERM ends the run like Ctrl-C: the exception unwinds and the atexit
     # handlers run, among them Beam's, which stops the Flink job-server JVM
     # (the default action would leave it running).
-    signal.signal(signal.SIGTERM, _interrupt)
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     beam_log = logging.getLogger("apache_beam.runners.common")
     beam_log.addFilter(_not_a_dead_letter_stop)
     try:
@@ -123,6 +130,8 @@ def launch(cfg) -> int:
         return EXIT_DEAD_LETTERS
     finally:
         beam_log.removeFilter(_not_a_dead_letter_stop)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     summary = summarize(result) if cfg.bounded else None
     if summary is not None:
         print(f"scinol run: done: {summary.line()}", file=sys.stderr)
