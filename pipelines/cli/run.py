@@ -95,6 +95,38 @@ def _not_a_dead_letter_stop(record: logging.LogRecord) -> bool:
     return "DeadLetterRatioExceeded" not in str(record.exc_info[1].__class__ if record.exc_info else "")
 
 
+def _closed_by_the_runner(exc) -> bool:
+    """A gRPC stream the runner ended (status CANCELLED): how a LOOPBACK SDK
+    harness in this process learns that its job's tasks on a Flink cluster
+    are done. Beam's threads then die with a traceback: not an error."""
+    code = getattr(exc, "code", None)
+    try:
+        return callable(code) and code().name == "CANCELLED"
+    except Exception:  # noqa: BLE001 - not a gRPC error after all
+        return False
+
+
+class _RunnerHangUps(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and _closed_by_the_runner(record.exc_info[1]))
+
+
+def _quiet_runner_hang_ups() -> None:
+    import threading
+
+    if getattr(threading.excepthook, "scinol", False):
+        return
+    default = threading.excepthook
+
+    def hook(hook_args):
+        if not _closed_by_the_runner(hook_args.exc_value):
+            default(hook_args)
+
+    hook.scinol = True
+    threading.excepthook = hook
+    logging.getLogger("apache_beam.runners.worker.data_plane").addFilter(_RunnerHangUps())
+
+
 def _interrupt(*_) -> None:
     import threading
 
@@ -118,6 +150,7 @@ def launch(cfg) -> int:
     # handlers run, among them Beam's, which stops the Flink job-server JVM
     # (the default action would leave it running).
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    _quiet_runner_hang_ups()
     beam_log = logging.getLogger("apache_beam.runners.common")
     beam_log.addFilter(_not_a_dead_letter_stop)
     try:

@@ -1,6 +1,7 @@
 """``scinol flink up / status / down`` with a real session cluster: up
 returns with the cluster registered (REST /overview shows the TaskManagers
-asked for), a second up says it is already up, down leaves no process."""
+asked for), ``scinol run --runner flink --flink-master`` runs on it, a
+second up says it is already up, down leaves no process."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from pathlib import Path
 import pytest
 
 from pipelines.cli.main import main
+from pipelines.records.topics import produce_events
+from tests.support.runs import toy_stream
+from tests.support.trialkit import read_topic
 
 pytestmark = [pytest.mark.flink, pytest.mark.slow]
 
@@ -38,7 +42,13 @@ def alive(pid: int) -> bool:
     return "zombie" not in state
 
 
-def test_up_twice_status_and_down(tmp_path, flink_home):
+def run_on(master: str, bootstrap: str, topic: str, tmp_path) -> subprocess.CompletedProcess:
+    return scinol("run", "--bootstrap", bootstrap, "--topic", topic, "--predictions-topic", topic + ".pred",
+                  "--bounded", "--checkpoint-dir", str(tmp_path / "ckpt"), "--runner", "flink", "--flink-master",
+                  master, "--parallelism", "2", timeout=600)
+
+
+def test_up_run_twice_status_and_down(tmp_path, flink_home, flink_job_server_jar, kafka_bootstrap, topic_name):
     state_dir = str(tmp_path / "session")
     port = free_port()
     first = scinol("flink", "up", "--taskmanagers", "2", "--port", str(port), "--state-dir", state_dir)
@@ -51,6 +61,17 @@ def test_up_twice_status_and_down(tmp_path, flink_home):
         state = json.loads(Path(state_dir, "state.json").read_text())
         pids = [state["keeper"], state["jobmanager"], *state["taskmanagers"]]
         assert len(set(pids)) == 4 and all(alive(pid) for pid in pids)
+
+        _, _, events = toy_stream(100)
+        produce_events(kafka_bootstrap, topic_name, events, partitions=2, progress=False)
+        ran = run_on(f"localhost:{port}", kafka_bootstrap, topic_name, tmp_path)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        assert "100 messages read, 100 predictions written, 0 dead letters" in ran.stderr
+        preds = read_topic(kafka_bootstrap, topic_name + ".pred")
+        assert sorted(p["event_id"] for _, _, p in preds) == sorted(e["id"] for e in events)
+        with urllib.request.urlopen(f"http://localhost:{port}/jobs/overview", timeout=10) as resp:
+            jobs = json.load(resp)["jobs"]
+        assert [j["state"] for j in jobs] == ["FINISHED"]  # it ran on this cluster, not an embedded one
 
         again = scinol("flink", "up", "--taskmanagers", "2", "--state-dir", state_dir)
         assert again.returncode == 0 and again.stdout == first.stdout
@@ -65,7 +86,7 @@ def test_up_twice_status_and_down(tmp_path, flink_home):
     assert not any(alive(pid) for pid in pids)
     assert not Path(state_dir, "state.json").exists()
     assert scinol("flink", "status", "--state-dir", state_dir).returncode == 1
-    assert "Traceback" not in first.stderr + again.stderr + stopped.stderr
+    assert "Traceback" not in first.stderr + ran.stderr + again.stderr + stopped.stderr
 
 
 def test_down_without_a_cluster_says_so(tmp_path, capsys):
