@@ -138,6 +138,18 @@ def _interrupt(*_) -> None:
     raise KeyboardInterrupt
 
 
+def _stop_on_signals() -> dict:
+    """SIGTERM ends the run like Ctrl-C: the exception unwinds and the atexit
+    handlers run, among them Beam's, which stops the Flink job-server JVM
+    (SIGTERM's default action would leave it running). The handlers replaced."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # handlers can be set there only
+        return {}
+    return {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
 def launch(cfg) -> int:
     """Run the pipeline; a bounded run ends with one summary line (and a
     warning when nothing but dead letters came out)."""
@@ -146,10 +158,7 @@ def launch(cfg) -> int:
     from pipelines.launch import run as run_pipeline
     from pipelines.launch import summarize
 
-    # SIGTERM ends the run like Ctrl-C: the exception unwinds and the atexit
-    # handlers run, among them Beam's, which stops the Flink job-server JVM
-    # (the default action would leave it running).
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = _stop_on_signals()
     _quiet_runner_hang_ups()
     beam_log = logging.getLogger("apache_beam.runners.common")
     beam_log.addFilter(_not_a_dead_letter_stop)
