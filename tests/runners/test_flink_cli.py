@@ -99,3 +99,16 @@ def test_up_refuses_zero_taskmanagers(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("scinol: error: flink up: --taskmanagers") and err.count("\n") == 1
     assert not os.listdir(tmp_path)  # nothing started, nothing recorded
+
+
+def test_up_without_a_reachable_pypi_is_one_error_line_and_leaves_nothing(tmp_path):
+    proxy = f"http://127.0.0.1:{free_port()}"  # closed again: connections are refused
+    env = {**os.environ, "SCINOL_CACHE": str(tmp_path / "cache"), "PIP_FIND_LINKS": "", "PIP_NO_CACHE_DIR": "1",
+           **{name: proxy for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY")}}
+    proc = subprocess.run([sys.executable, "-m", "pipelines.cli", "flink", "up", "--state-dir", str(tmp_path / "s")],
+                          capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and proc.stdout == ""
+    last = proc.stderr.splitlines()[-1]
+    assert last.startswith("scinol: error: flink up: the cluster did not start: cannot reach PyPI (connection refused)")
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "s" / "state.json").exists()
