@@ -126,6 +126,8 @@ def up(args, folder: Path) -> int:
         raise UsageError(f"flink up: --taskmanagers and --slots must be at least 1, got {args.taskmanagers} and "
                          f"{args.slots}")
     state = read_state(folder)
+    if state is None and args.port is not None and _port_taken(args.port):
+        raise UsageError(f"flink up: --port {args.port}: something already listens there")
     if state is not None:
         print(state["master"], flush=True)
         print(f"scinol flink: already up at {state['master']} ({len(state['taskmanagers'])} TaskManagers, keeper "
@@ -150,6 +152,14 @@ def up(args, folder: Path) -> int:
     print(f"scinol flink: up at {state['master']} with {len(state['taskmanagers'])} TaskManagers "
           f"(started in {state['started_in']:.0f} s); `scinol flink down` stops it", file=sys.stderr)
     return 0
+
+
+def _port_taken(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex(("localhost", port)) == 0
 
 
 def _last_error(log: Path) -> str:

@@ -112,3 +112,12 @@ def test_up_without_a_reachable_pypi_is_one_error_line_and_leaves_nothing(tmp_pa
     assert last.startswith("scinol: error: flink up: the cluster did not start: cannot reach PyPI (connection refused)")
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "s" / "state.json").exists()
+
+
+def test_up_on_a_port_in_use_is_refused_at_once(tmp_path, capsys):
+    with socket.socket() as listener:
+        listener.bind(("localhost", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert main(["flink", "up", "--port", str(port), "--state-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"scinol: error: flink up: --port {port}: something already listens there\n"
