@@ -24,15 +24,15 @@ def port_open(bootstrap: str) -> bool:
 
 
 def produce_and_consume(bootstrap: str) -> bytes:
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Consumer, Producer, TopicPartition
 
     topic = f"broker-cli-{uuid.uuid4().hex[:8]}"
     producer = Producer({"bootstrap.servers": bootstrap})
     producer.produce(topic, b"hello")
     assert producer.flush(30) == 0
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest"})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "enable.auto.commit": False})
     try:
-        consumer.subscribe([topic])
+        consumer.assign([TopicPartition(topic, 0, 0)])  # no group rebalance to wait for
         for _ in range(60):
             msg = consumer.poll(1.0)
             if msg is not None and msg.error() is None:
