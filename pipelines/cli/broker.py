@@ -1,4 +1,11 @@
-"""``scinol broker``: run a Kafka broker in the foreground until Ctrl-C."""
+"""``scinol broker``: run a Kafka broker in the foreground until Ctrl-C or SIGTERM.
+
+``--kind tansu`` (the default) is the embedded Kafka-protocol broker, memory
+storage, nothing to fetch. ``--kind kafka`` is Apache Kafka 4.x (one KRaft
+node, broker and controller), from the jars ``scinol provision kafka`` put in
+the cache (fetched on first use if not); its data lives in a temporary folder
+deleted when it stops.
+"""
 
 from __future__ import annotations
 
@@ -6,30 +13,55 @@ import sys
 
 from .errors import UsageError
 
+KINDS = {"tansu": "embedded broker (tansu, memory storage)",
+         "kafka": "Apache Kafka {version} (KRaft, broker and controller, data in a temporary folder)"}
+
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("broker", help="run the embedded Kafka-protocol broker (tansu) until Ctrl-C",
-                       description="Starts tansu (memory storage) on loopback and prints its bootstrap address.")
+    p = sub.add_parser("broker", help="run a Kafka broker (embedded tansu, or Apache Kafka 4.x) until Ctrl-C",
+                       description="Starts a broker on loopback, prints its bootstrap address on stdout once it "
+                                   "accepts connections, and stops it on Ctrl-C or SIGTERM.")
+    p.add_argument("--kind", choices=sorted(KINDS), default="tansu",
+                   help="tansu (default: embedded, memory storage) or kafka (Apache Kafka 4.x, KRaft; "
+                        "see `scinol provision kafka`)")
     p.add_argument("--port", type=int, default=None, help="port to listen on (default: a free one)")
     p.set_defaults(func=run)
+
+
+def _make_broker(kind: str, port: int | None):
+    if kind == "kafka":
+        from pipelines.kafka.apache_broker import ApacheKafkaBroker
+
+        broker = ApacheKafkaBroker(port=port)
+        return broker, KINDS[kind].format(version=broker.version)
+    from pipelines.kafka.broker import EmbeddedBroker
+
+    return EmbeddedBroker(port=port), KINDS[kind]
 
 
 def run(args) -> int:
     import signal
     import threading
 
-    from pipelines.kafka.broker import EmbeddedBroker
+    from pipelines.provision.cache import ProvisionError
 
-    broker = EmbeddedBroker(port=args.port)
+    if args.port is not None and not 0 < args.port < 65536:
+        raise UsageError(f"broker: --port must be between 1 and 65535, got {args.port}")
+    broker, what = _make_broker(args.kind, args.port)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    broker.start()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # a SIGTERM while starting stops it once up
+    try:
+        broker.start()
+    except ProvisionError as exc:
+        raise UsageError(f"broker: {exc}") from None
     try:
         print(broker.bootstrap, flush=True)
-        print(f"embedded broker (tansu, memory storage) at {broker.bootstrap}; Ctrl-C to stop", file=sys.stderr)
+        print(f"{what} at {broker.bootstrap}; Ctrl-C to stop", file=sys.stderr)
         while not stop.wait(0.5):
             if broker.process.poll() is not None:
-                raise UsageError(f"broker exited with status {broker.process.returncode}")
+                tail = broker.log_tail() if hasattr(broker, "log_tail") else ""
+                raise UsageError(f"broker exited with status {broker.process.returncode}"
+                                 + (f": {tail}" if tail else ""))
     except KeyboardInterrupt:
         pass
     finally:

@@ -13,10 +13,10 @@ import argparse
 import logging
 import sys
 
-from . import bench, broker, demo, generate, learn, learners, model, produce, registry, run, tail
+from . import bench, broker, demo, flink, generate, learn, learners, model, produce, provision, registry, run, tail
 from .errors import EXIT_USAGE, UsageError
 
-COMMANDS = (learn, generate, learners, broker, registry, run, produce, tail, demo, model, bench)
+COMMANDS = (learn, generate, learners, broker, registry, provision, flink, run, produce, tail, demo, model, bench)
 
 
 class _OptionalDependencyNotice(logging.Filter):

@@ -32,6 +32,19 @@ def input_limits(args) -> dict:
     return limits
 
 
+def runner_beam_args(args) -> list[str]:
+    """--runner and its options as Beam flags, before the pass-through ones
+    (provisions the Flink job server or Prism if not yet in the cache)."""
+    from pipelines.provision.cache import ProvisionError
+    from pipelines.runners.options import RunnerOptions, beam_args
+
+    opts = RunnerOptions(args.runner, args.flink_master, args.parallelism, args.checkpointing_interval, args.bounded)
+    try:
+        return beam_args(opts, list(args.beam_args))
+    except (ValueError, ProvisionError) as exc:
+        raise UsageError(f"run: {exc}") from None
+
+
 def run(args) -> int:
     from pipelines.config import LearnerConfig, RunConfig
 
@@ -43,6 +56,7 @@ def run(args) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     registry, topics = registry_settings(args), topic_settings(args)
+    beam_args = runner_beam_args(args)
     cfg = RunConfig(
         bootstrap=args.bootstrap, topic=args.topic, predictions_topic=args.predictions_topic, learner=learner,
         bounded=args.bounded, checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
@@ -53,7 +67,7 @@ def run(args) -> int:
         subject_name_strategy=args.subject_name_strategy, auto_register=args.auto_register,
         topic_partitions=args.partitions or 1, replication_factor=topics["replication"],
         topic_config=topics["config"], max_dead_letter_ratio=args.max_dead_letter_ratio,
-        max_batch=args.max_batch, stop_after=args.stop_after, beam_args=list(args.beam_args),
+        max_batch=args.max_batch, stop_after=args.stop_after, beam_args=beam_args,
         shards=args.shards, max_staleness=args.max_staleness, feedback_topic=args.feedback_topic,
         feedback_timeout=args.feedback_timeout, from_scratch=args.from_scratch, labels_topic=args.labels_topic,
         label_ttl=args.label_ttl, max_pending=args.max_pending, exactly_once=args.exactly_once,
@@ -71,7 +85,8 @@ def run(args) -> int:
             raise UsageError(f"run: {exc}") from None
     mode = f"{cfg.shards} shards, max staleness {cfg.max_staleness}" if cfg.shards else "exact"
     print(f"scinol run: {cfg.topic} -> {cfg.predictions_topic} ({learner.learner}, {learner.loss}, {mode}, "
-          f"{'bounded' if cfg.bounded else 'unbounded'}) on {cfg.bootstrap}", file=sys.stderr)
+          f"{'bounded' if cfg.bounded else 'unbounded'}) on {cfg.bootstrap}, runner {args.runner}"
+          + (f" at {args.flink_master or '[local]'}" if args.runner == "flink" else ""), file=sys.stderr)
     return launch(cfg)
 
 
@@ -81,12 +96,71 @@ def _not_a_dead_letter_stop(record: logging.LogRecord) -> bool:
     return "DeadLetterRatioExceeded" not in str(record.exc_info[1].__class__ if record.exc_info else "")
 
 
+def _closed_by_the_runner(exc) -> bool:
+    """A gRPC stream the runner ended (status CANCELLED): how a LOOPBACK SDK
+    harness in this process learns that its job's tasks on a Flink cluster
+    are done. Beam's threads then die with a traceback: not an error."""
+    code = getattr(exc, "code", None)
+    try:
+        return callable(code) and code().name == "CANCELLED"
+    except Exception:  # noqa: BLE001 - not a gRPC error after all
+        return False
+
+
+class _RunnerHangUps(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and _closed_by_the_runner(record.exc_info[1]))
+
+
+def _quiet_runner_hang_ups() -> None:
+    import threading
+
+    if getattr(threading.excepthook, "scinol", False):
+        return
+    default = threading.excepthook
+
+    def hook(hook_args):
+        if not _closed_by_the_runner(hook_args.exc_value):
+            default(hook_args)
+
+    hook.scinol = True
+    threading.excepthook = hook
+    logging.getLogger("apache_beam.runners.worker.data_plane").addFilter(_RunnerHangUps())
+
+
+def _interrupt(*_) -> None:
+    import threading
+
+    # Beam's threads (the job's state reader, the in-process SDK harness's
+    # data plane) fail once the job server is stopped and log or print
+    # tracebacks: expected while stopping, not worth showing.
+    threading.excepthook = lambda hook_args: None
+    logging.disable(logging.CRITICAL)
+    raise KeyboardInterrupt
+
+
+def _stop_on_signals() -> dict:
+    """SIGTERM ends the run like Ctrl-C: the exception unwinds and the atexit
+    handlers run, among them Beam's, which stops the Flink job-server JVM
+    (SIGTERM's default action would leave it running). The handlers replaced."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # handlers can be set there only
+        return {}
+    return {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
 def launch(cfg) -> int:
     """Run the pipeline; a bounded run ends with one summary line (and a
     warning when nothing but dead letters came out)."""
+    import signal
+
     from pipelines.launch import run as run_pipeline
     from pipelines.launch import summarize
 
+    previous = _stop_on_signals()
+    _quiet_runner_hang_ups()
     beam_log = logging.getLogger("apache_beam.runners.common")
     beam_log.addFilter(_not_a_dead_letter_stop)
     try:
@@ -99,6 +173,8 @@ def launch(cfg) -> int:
         return EXIT_DEAD_LETTERS
     finally:
         beam_log.removeFilter(_not_a_dead_letter_stop)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     summary = summarize(result) if cfg.bounded else None
     if summary is not None:
         print(f"scinol run: done: {summary.line()}", file=sys.stderr)
@@ -173,5 +249,18 @@ def add_parser(sub) -> None:
     g.add_argument("--feedback-topic", default=None, help="default: PREDICTIONS_TOPIC.feedback (1 partition)")
     g.add_argument("--feedback-timeout", type=float, default=30.0, metavar="T",
                    help="give up (and report) feedback awaited longer than T seconds (default 30)")
+    r = p.add_argument_group("runner (Beam flags after `--` still pass through and override these)")
+    r.add_argument("--runner", choices=("direct", "flink", "prism"), default="direct",
+                   help="direct (default): in this process; flink: Apache Flink 1.19 through Beam's FlinkRunner "
+                        "(streaming, checkpointed, restarted from its last checkpoint on failure); prism: Beam's "
+                        "Prism runner. See `scinol provision`")
+    r.add_argument("--flink-master", default=None, metavar="HOST:PORT",
+                   help="a Flink session cluster's REST address (`scinol flink up` prints it); default [local], "
+                        "an embedded cluster in this process")
+    r.add_argument("--parallelism", type=int, default=None, metavar="N",
+                   help="Flink parallelism (default: the cluster's; partitions, not splits, spread the source)")
+    r.add_argument("--checkpointing-interval", type=int, default=None, metavar="MS",
+                   help="milliseconds between Flink checkpoints (default 10000); Kafka offsets are committed "
+                        "when a checkpoint completes")
     p.add_argument("beam_args", nargs="*", metavar="-- BEAM_ARGS", help="passed to Beam's PipelineOptions")
     p.set_defaults(func=run)

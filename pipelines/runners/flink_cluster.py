@@ -233,7 +233,7 @@ class FlinkSessionCluster:
             if (home_conf / name).is_file():
                 defaults = _flatten(yaml.safe_load((home_conf / name).read_text()) or {})
                 break
-        self.rest_port = _free_port()
+        self.rest_port = int(self.extra_conf.get("rest.port") or _free_port())  # a port asked for in conf
         conf = {
             **defaults,  # keeps env.java.opts.all: the --add-opens Java 17 needs
             "jobmanager.rpc.address": HOST, "jobmanager.bind-host": HOST, "jobmanager.rpc.port": _free_port(),

@@ -28,6 +28,8 @@ from pipelines.state.checkpoints import CheckpointStore
 from pipelines.cli.main import build_parser
 from pipelines.records.events import dense_events
 from pipelines.records.topics import produce_events
+from pipelines.provision.flink import DEFAULT_FLINK_VERSION
+from pipelines.runners.options import RESTART_ATTEMPTS, RESTART_DELAY_MS, RunnerOptions, flink_args
 from tests.support.trialkit import read_topic
 
 DEPLOY = os.path.join(REPO, "deploy")
@@ -126,7 +128,11 @@ def test_flink_manifests():
     conf = flink["spec"]["flinkConfiguration"]
     assert conf["execution.checkpointing.interval"] and conf["execution.checkpointing.mode"] == "EXACTLY_ONCE"
     assert conf["state.checkpoints.dir"].startswith("file:///flink-data/")
-    assert conf["restart-strategy.type"] == "none"  # recovery goes through scinol's checkpoints (README)
+    # Flink restores a failed task from its checkpoint, as run here (README, "Recovery")
+    assert conf["restart-strategy.type"] == "fixed-delay"
+    assert int(conf["restart-strategy.fixed-delay.attempts"]) == RESTART_ATTEMPTS
+    assert conf["restart-strategy.fixed-delay.delay"] == f"{RESTART_DELAY_MS // 1000}s"
+    assert conf["state.backend.type"] == "hashmap"  # what FlinkSessionCluster runs
     tm = containers(flink["spec"]["taskManager"]["podTemplate"]["spec"])
     pool = tm["beam-worker-pool"]
     assert pool["args"] == ["--worker_pool"] and pool["ports"][0]["containerPort"] == 50000
@@ -138,7 +144,13 @@ def test_flink_manifests():
     ns, beam, unknown = split_scinol_command(launcher["args"])
     assert beam["runner"] == "PortableRunner" and beam["environment_type"] == "EXTERNAL"
     assert beam["environment_config"] == "localhost:50000"  # the worker pool sidecar
-    assert unknown <= {"checkpointing_interval"}  # a Flink job server option, added at submission
+    # Flink job server options, added at submission
+    assert unknown <= {"checkpointing_interval", "finish_bundle_before_checkpointing", "number_of_execution_retries",
+                       "execution_retry_delay"}
+    # the Beam flags `scinol run --runner flink` passes here, but for where the job server and workers are
+    here = flink_args(RunnerOptions("flink", parallelism=2, checkpointing_interval=60000), job_server_jar="x.jar")
+    where = ("--runner", "--flink_master", "--flink_version", "--flink_job_server_jar", "--environment_type")
+    assert {a for a in here if a.split("=")[0] not in where} <= set(ns.beam_args)
     job_port = int(beam["job_endpoint"].rsplit(":", 1)[1])
     assert f"--job-port={job_port}" in server["args"] and "--flink-master=scinol-flink-rest:8081" in server["args"]
     assert "--flink-master=" + flink["metadata"]["name"] + "-rest:8081" in server["args"]
@@ -153,6 +165,7 @@ def test_flink_manifests():
     assert server["image"] == f"apache/beam_flink{flink_version}_job_server:{apache_beam.__version__}"
     assert flink["spec"]["image"] == f"flink:{flink_version}"
     assert flink_version in apache_beam.options.pipeline_options.FlinkRunnerOptions.PUBLISHED_FLINK_VERSIONS
+    assert flink_version == DEFAULT_FLINK_VERSION  # the Flink that runs here (tests/runners)
 
 
 # --------------------------------------------------------------------------- images
@@ -250,3 +263,14 @@ def test_a_url_as_checkpoint_directory_is_refused(capsys):
                  "--checkpoint-dir", "gs://bucket/ckpt"]) == 2
     assert "--checkpoint-dir must be a local or mounted directory" in capsys.readouterr().err
     assert not os.path.exists("gs:")
+
+
+def test_the_readme_names_what_was_not_run_and_the_flink_options_that_were():
+    with open(os.path.join(DEPLOY, "README.md")) as f:
+        readme = f.read()
+    assert "Kubernetes, Docker and Dataflow cannot run on\nthis machine" in readme
+    assert "were not\ntested" in readme
+    for flag in flink_args(RunnerOptions("flink"), job_server_jar="x.jar"):
+        assert flag.split("=")[0] in readme, flag  # every Beam flag `--runner flink` passes is documented
+    assert f"--flink_version={DEFAULT_FLINK_VERSION}" in readme
+    assert f"--number_of_execution_retries={RESTART_ATTEMPTS} --execution_retry_delay={RESTART_DELAY_MS}" in readme

@@ -1,0 +1,240 @@
+"""``scinol flink up|down|status``: a Flink session cluster on loopback for
+local work (JobManager + N TaskManagers from the provisioned Flink 1.19),
+left running in the background between commands.
+
+``up`` starts a detached keeper process (``scinol flink serve``, not for
+direct use) that runs a :class:`FlinkSessionCluster` and holds it: the JVMs
+get SIGTERM when their keeper dies (Linux ``PR_SET_PDEATHSIG``), so no
+process outlives it. The keeper records its pid, the REST address and the
+JVMs' pids in ``state.json`` in the state folder (default
+``<cache>/flink-session``), which is how ``down`` and ``status`` find the
+cluster; ``down`` sends the keeper SIGTERM and waits until every recorded
+pid is gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .errors import UsageError
+
+STATE = "state.json"
+LOG = "keeper.log"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("flink", help="start, stop or show a local Flink session cluster (up / down / status)",
+                       description="A Flink 1.19 session cluster on loopback, in the background: `up` starts a "
+                                   "JobManager and N TaskManagers and prints the master address to give "
+                                   "`scinol run --runner flink --flink-master`; `down` stops it.")
+    actions = p.add_subparsers(dest="action", required=True, parser_class=type(p))
+    up = actions.add_parser("up", help="start the cluster (says so if it is already up)")
+    up.add_argument("--taskmanagers", type=int, default=2, metavar="N", help="TaskManagers to start (default 2)")
+    up.add_argument("--slots", type=int, default=1, metavar="S", help="task slots per TaskManager (default 1)")
+    up.add_argument("--port", type=int, default=None, help="REST port, the master address (default: a free one)")
+    up.add_argument("--timeout", type=float, default=180.0, metavar="S",
+                    help="seconds to wait for every TaskManager to register (default 180)")
+    down = actions.add_parser("down", help="stop the cluster started by `scinol flink up`")
+    status = actions.add_parser("status", help="say whether the cluster is up, where, and with how many TaskManagers "
+                                          "(exit status 1 when it is down)")
+    serve = actions.add_parser("serve", help=argparse.SUPPRESS)  # the keeper `up` starts
+    serve.add_argument("--taskmanagers", type=int, required=True)
+    serve.add_argument("--slots", type=int, required=True)
+    serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--timeout", type=float, required=True)
+    for q in (up, down, status, serve):
+        q.add_argument("--state-dir", default=None, metavar="DIR",
+                       help="where the cluster's pids and ports are recorded (default: <cache>/flink-session)")
+    for q in (up, down, status, serve):
+        q.set_defaults(func=run)
+
+
+def run(args) -> int:
+    folder = Path(args.state_dir) if args.state_dir else _default_state_dir()
+    return {"up": up, "down": down, "status": status, "serve": serve}[args.action](args, folder)
+
+
+def _default_state_dir() -> Path:
+    from pipelines.provision.cache import cache_root
+
+    return cache_root() / "flink-session"
+
+
+# ------------------------------------------------------------------ the recorded state
+
+def read_state(folder: Path) -> dict | None:
+    """The recorded cluster if its keeper is still alive; a stale record
+    (keeper gone, e.g. after a reboot) is removed."""
+    try:
+        state = json.loads((folder / STATE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not _is_keeper(state.get("keeper", -1)):
+        (folder / STATE).unlink(missing_ok=True)
+        return None
+    return state
+
+
+def _is_keeper(pid: int) -> bool:
+    """Whether ``pid`` is alive and is a ``flink serve`` keeper (not a reused pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"flink" in cmdline and b"serve" in cmdline
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return Path(f"/proc/{pid}").exists() and "zombie" not in _proc_state(pid)
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        return next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                    if line.startswith("State:")).lower()
+    except (OSError, StopIteration):
+        return ""
+
+
+def _overview(master: str) -> dict | None:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{master}/overview", timeout=5) as resp:
+            return json.load(resp)
+    except (OSError, ValueError):
+        return None
+
+
+# ------------------------------------------------------------------ up / down / status
+
+def up(args, folder: Path) -> int:
+    if args.taskmanagers < 1 or args.slots < 1:
+        raise UsageError(f"flink up: --taskmanagers and --slots must be at least 1, got {args.taskmanagers} and "
+                         f"{args.slots}")
+    state = read_state(folder)
+    if state is None and args.port is not None and _port_taken(args.port):
+        raise UsageError(f"flink up: --port {args.port}: something already listens there")
+    if state is not None:
+        print(state["master"], flush=True)
+        print(f"scinol flink: already up at {state['master']} ({len(state['taskmanagers'])} TaskManagers, keeper "
+              f"pid {state['keeper']}); `scinol flink down` stops it", file=sys.stderr)
+        return 0
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pipelines.cli", "flink", "serve", "--state-dir", str(folder),
+           "--taskmanagers", str(args.taskmanagers), "--slots", str(args.slots), "--timeout", str(args.timeout)]
+    if args.port is not None:
+        cmd += ["--port", str(args.port)]
+    with open(folder / LOG, "w") as log:
+        # Its own session: the terminal's Ctrl-C and the end of this command do not reach it.
+        keeper = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  start_new_session=True)
+    print(f"scinol flink: starting a JobManager and {args.taskmanagers} TaskManagers (keeper pid {keeper.pid}, "
+          f"log {folder / LOG})", file=sys.stderr)
+    while (state := read_state(folder)) is None:
+        if keeper.poll() is not None:
+            raise UsageError(f"flink up: the cluster did not start: {_last_error(folder / LOG)}")
+        time.sleep(0.5)
+    print(state["master"], flush=True)
+    print(f"scinol flink: up at {state['master']} with {len(state['taskmanagers'])} TaskManagers "
+          f"(started in {state['started_in']:.0f} s); `scinol flink down` stops it", file=sys.stderr)
+    return 0
+
+
+def _port_taken(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex(("localhost", port)) == 0
+
+
+def _last_error(log: Path) -> str:
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("scinol: error:")]
+    line = (errors or lines or ["(no output)"])[-1]
+    return line.removeprefix("scinol: error: ")
+
+
+def down(args, folder: Path, timeout: float = 60.0) -> int:
+    state = read_state(folder)
+    if state is None:
+        print("scinol flink: no cluster is up", file=sys.stderr)
+        return 0
+    os.kill(state["keeper"], signal.SIGTERM)
+    pids = [state["keeper"], state["jobmanager"], *state["taskmanagers"]]
+    deadline = time.monotonic() + timeout
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [pid for pid in pids if _alive(pid)]
+    for pid in left:  # the keeper did not stop them in time: a last resort
+        os.kill(pid, signal.SIGKILL)
+    (folder / STATE).unlink(missing_ok=True)
+    print(f"scinol flink: stopped the cluster at {state['master']}"
+          + (f" (killed {len(left)} processes that did not stop within {timeout:.0f} s)" if left else ""),
+          file=sys.stderr)
+    return 0
+
+
+def status(args, folder: Path) -> int:
+    state = read_state(folder)
+    if state is None:
+        print("scinol flink: down", file=sys.stderr)
+        return 1
+    overview = _overview(state["master"]) or {}
+    print(state["master"], flush=True)
+    print(f"scinol flink: up at {state['master']}: {overview.get('taskmanagers', '?')} TaskManagers, "
+          f"{overview.get('slots-available', '?')} of {overview.get('slots-total', '?')} slots free, "
+          f"{overview.get('jobs-running', '?')} jobs running (Flink {overview.get('flink-version', '?')})",
+          file=sys.stderr)
+    return 0
+
+
+# ------------------------------------------------------------------ the keeper
+
+def serve(args, folder: Path) -> int:
+    """Start the cluster, record it, hold it until SIGTERM, stop it."""
+    import threading
+
+    from pipelines.provision.cache import ProvisionError
+    from pipelines.runners.flink_cluster import FlinkClusterError, FlinkSessionCluster
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    conf = {"rest.port": args.port} if args.port else {}
+    cluster = FlinkSessionCluster(taskmanagers=args.taskmanagers, slots=args.slots, conf=conf,
+                                  startup_timeout=args.timeout)
+    try:
+        cluster.start()
+    except (ProvisionError, FlinkClusterError) as exc:
+        print(exc, flush=True)  # the whole message, with the JVMs' log tails, stays in the keeper's log
+        raise UsageError(str(exc).splitlines()[0]) from None
+    try:
+        state = {"keeper": os.getpid(), "master": cluster.master, "jobmanager": cluster.jobmanager.pid,
+                 "taskmanagers": cluster.taskmanager_pids(), "dir": str(cluster.dir),
+                 "started_in": cluster.started_in}
+        (folder / f"{STATE}.new").write_text(json.dumps(state, indent=1) + "\n")
+        os.replace(folder / f"{STATE}.new", folder / STATE)  # read_state never sees half a file
+        print(f"up at {cluster.master}: {state}", flush=True)
+        while not stop.wait(1.0):
+            if cluster.jobmanager.poll() is not None:
+                raise UsageError(f"the JobManager exited with status {cluster.jobmanager.returncode}")
+    finally:
+        cluster.stop()
+        (folder / STATE).unlink(missing_ok=True)
+        print("stopped", flush=True)
+    return 0

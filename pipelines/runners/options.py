@@ -1,0 +1,107 @@
+"""The runner a run asks for (``scinol run --runner direct|flink|prism``),
+as the Beam pipeline options that work on this machine.
+
+direct
+    Nothing is added: the pipeline runs in this process on Beam's FnApiRunner
+    (``pipelines.launch``), or on whatever ``--runner=...`` the pass-through
+    Beam flags name.
+flink
+    Beam's FlinkRunner on Flink 1.19 with the provisioned job-server jar
+    (nothing downloads at run time); ``[local]`` is an embedded MiniCluster,
+    ``HOST:PORT`` a session cluster's REST address (``scinol flink up``). The
+    Python SDK harness runs in this process (LOOPBACK): Flink's default for a
+    remote master would be Docker, which this machine does not run.
+    An unbounded run streams with checkpointing: Beam runs bundle finalizers
+    (Kafka offset commits) only after a checkpoint completes, and the model
+    lives in Beam state that Flink snapshots with the source position.
+    ``--finish_bundle_before_checkpointing``: without it the MiniCluster
+    buffers bundle output in its 5 MB in-memory checkpoints and fails them
+    (docs/runners.md). A failed job restarts from its last checkpoint up to
+    30 times 3 s apart, long enough for a killed TaskManager to be replaced.
+    A bounded run (``--bounded``) runs in Flink's batch mode, without
+    checkpoints: in streaming mode with checkpointing the job wrote all its
+    predictions but did not end (seen here with 100 events, 13 minutes).
+prism
+    Beam's Prism runner, the binary ``scinol provision prism`` built.
+
+A Beam flag the user passes after ``--`` overrides the one made here.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+RUNNERS = ("direct", "flink", "prism")
+LOCAL = "[local]"
+DEFAULT_CHECKPOINTING_INTERVAL_MS = 10_000
+RESTART_ATTEMPTS = 30
+RESTART_DELAY_MS = 3_000
+_MASTER = re.compile(r"^(\[local\]|\[auto\]|[A-Za-z0-9.-]+:\d{1,5})$")
+
+
+class RunnerOptions(NamedTuple):
+    """What ``scinol run`` was asked for, before it becomes Beam flags."""
+    runner: str = "direct"
+    flink_master: str | None = None
+    parallelism: int | None = None
+    checkpointing_interval: int | None = None
+    """Milliseconds between Flink checkpoints."""
+    bounded: bool = False
+    """The run stops at the end offsets seen at its start (``--bounded``)."""
+
+
+def check(opts: RunnerOptions) -> None:
+    """ValueError (one line, naming the option) for a combination that cannot work."""
+    if opts.runner not in RUNNERS:
+        raise ValueError(f"--runner must be one of {', '.join(RUNNERS)}, not {opts.runner!r}")
+    flink_only = [name for name, value in (("--flink-master", opts.flink_master), ("--parallelism", opts.parallelism),
+                                           ("--checkpointing-interval", opts.checkpointing_interval))
+                  if value is not None]
+    if flink_only and opts.runner != "flink":
+        raise ValueError(f"{flink_only[0]} applies to --runner flink only (the runner is {opts.runner})")
+    if opts.flink_master is not None and not _MASTER.match(opts.flink_master):
+        raise ValueError(f"--flink-master must be HOST:PORT (a session cluster's REST address) or {LOCAL}, "
+                         f"not {opts.flink_master!r}")
+    if opts.bounded and opts.checkpointing_interval is not None:
+        raise ValueError("--checkpointing-interval with --bounded: a bounded run on Flink runs in batch mode, "
+                         "which takes no checkpoints")
+    for name, value in (("--parallelism", opts.parallelism), ("--checkpointing-interval", opts.checkpointing_interval)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+
+
+def beam_args(opts: RunnerOptions, extra: list[str], *, job_server_jar=None, prism_binary=None) -> list[str]:
+    """The Beam flags for ``opts`` followed by ``extra`` (the user's own);
+    a flag named in ``extra`` is left to it. The jar and binary default to
+    the provisioned ones (a ProvisionError if they cannot be)."""
+    check(opts)
+    if opts.runner == "direct":
+        return list(extra)
+    if any(arg.split("=")[0] == "--runner" for arg in extra):
+        raise ValueError(f"--runner {opts.runner} and a Beam --runner flag after `--`: give the runner once")
+    made = flink_args(opts, job_server_jar) if opts.runner == "flink" else prism_args(prism_binary)
+    given = {arg.split("=")[0] for arg in extra if arg.startswith("--")}
+    return [arg for arg in made if arg.split("=")[0] not in given] + list(extra)
+
+
+def flink_args(opts: RunnerOptions, job_server_jar=None) -> list[str]:
+    from pipelines.provision.flink import DEFAULT_FLINK_VERSION, provision_flink_job_server
+
+    jar = job_server_jar or provision_flink_job_server(DEFAULT_FLINK_VERSION)
+    interval = opts.checkpointing_interval or DEFAULT_CHECKPOINTING_INTERVAL_MS
+    args = ["--runner=FlinkRunner", f"--flink_master={opts.flink_master or LOCAL}",
+            f"--flink_version={DEFAULT_FLINK_VERSION}", f"--flink_job_server_jar={jar}",
+            "--environment_type=LOOPBACK"]
+    if not opts.bounded:
+        args += ["--streaming", f"--checkpointing_interval={interval}", "--finish_bundle_before_checkpointing"]
+    args += [f"--number_of_execution_retries={RESTART_ATTEMPTS}", f"--execution_retry_delay={RESTART_DELAY_MS}"]
+    if opts.parallelism is not None:
+        args.append(f"--parallelism={opts.parallelism}")
+    return args
+
+
+def prism_args(prism_binary=None) -> list[str]:
+    from pipelines.provision.prism import provision_prism
+
+    return ["--runner=PrismRunner", f"--prism_location={prism_binary or provision_prism()}"]

@@ -1,0 +1,71 @@
+"""``scinol broker`` as a user runs it: a real process that prints its
+bootstrap address once the broker accepts connections, serves a produce
+and a consume, and stops cleanly (exit 0, no traceback, port closed) on
+SIGTERM. Both kinds: tansu (the default) and Apache Kafka 4.x."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+pytestmark = pytest.mark.kafka
+
+
+def port_open(bootstrap: str) -> bool:
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex((host, int(port))) == 0
+
+
+def produce_and_consume(bootstrap: str) -> bytes:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = f"broker-cli-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, b"hello")
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])  # no group rebalance to wait for
+        for _ in range(60):
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                return msg.value()
+    finally:
+        consumer.close()
+    raise AssertionError(f"nothing consumed from {topic}")
+
+
+@pytest.mark.parametrize("kind", [None, "kafka"], ids=["tansu-default", "apache-kafka"])
+def test_broker_prints_its_address_serves_and_stops_on_sigterm(kind):
+    args = [sys.executable, "-m", "pipelines.cli", "broker"] + (["--kind", kind] if kind else [])
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        bootstrap = proc.stdout.readline().strip()  # printed once it accepts connections
+        assert bootstrap.startswith("127.0.0.1:"), proc.stderr.read() if proc.poll() is not None else bootstrap
+        assert port_open(bootstrap)
+        assert produce_and_consume(bootstrap) == b"hello"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read()
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == "broker stopped"
+    assert ("Apache Kafka 4." in err) == (kind == "kafka")
+    assert not port_open(bootstrap)  # the broker process is gone with the command
+
+
+def test_broker_refuses_a_port_out_of_range(capsys):
+    from pipelines.cli.main import main
+
+    assert main(["broker", "--kind", "kafka", "--port", "70000"]) == 2
+    assert capsys.readouterr().err == "scinol: error: broker: --port must be between 1 and 65535, got 70000\n"

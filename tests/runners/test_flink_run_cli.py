@@ -1,0 +1,92 @@
+"""``scinol run --runner flink`` as a user types it: a real process on an
+embedded Flink (MiniCluster) against the session's broker, bounded, exact
+mode: one prediction per event, equal to the single-process learner's."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from learners import make_learner
+from pipelines.records.topics import produce_events
+from tests.support.runs import toy_stream
+from tests.support.trialkit import read_topic
+
+pytestmark = [pytest.mark.flink, pytest.mark.slow]
+
+
+def test_scinol_run_on_embedded_flink_predicts_every_event_as_one_process_would(
+        kafka_bootstrap, topic_name, tmp_path, flink_job_server_jar):
+    X, y, events = toy_stream(100)
+    produce_events(kafka_bootstrap, topic_name, events, partitions=1, progress=False)
+    predictions = topic_name + ".pred"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", kafka_bootstrap, "--topic", topic_name,
+         "--predictions-topic", predictions, "--bounded", "--checkpoint-dir", str(tmp_path / "ckpt"),
+         "--runner", "flink"],
+        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "runner flink at [local]" in proc.stderr
+    assert "scinol run: done: 100 messages read, 100 predictions written, 0 dead letters" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    preds = [record for _, _, record in read_topic(kafka_bootstrap, predictions)]
+    assert [p["event_id"] for p in preds] == [e["id"] for e in events]
+    want = make_learner("scinol2", "logistic").learn(X, y)
+    np.testing.assert_allclose([p["score"] for p in preds], want, rtol=1e-12, atol=1e-300)
+
+
+def children(pid: int) -> dict[int, str]:
+    """The child processes of ``pid``: {pid: command line}."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+                cmdline = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found[int(entry)] = cmdline
+    return found
+
+
+def test_sigterm_stops_an_unbounded_flink_run_and_its_job_server(kafka_bootstrap, topic_name, tmp_path,
+                                                                 flink_job_server_jar):
+    _, _, events = toy_stream(20)
+    produce_events(kafka_bootstrap, topic_name, events, partitions=1, progress=False)
+    predictions = topic_name + ".pred"
+    err_path = tmp_path / "stderr"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", kafka_bootstrap, "--topic", topic_name,
+             "--predictions-topic", predictions, "--checkpoint-dir", str(tmp_path / "ckpt"), "--runner", "flink",
+             "--checkpointing-interval", "2000"], stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while len(read_topic(kafka_bootstrap, predictions, timeout=5) if topic_exists(kafka_bootstrap, predictions)
+                  else []) < len(events):
+            assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()[-3000:]
+            time.sleep(2)
+        servers = [pid for pid, cmd in children(proc.pid).items() if "job-server.jar" in cmd]
+        assert len(servers) == 1, children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 130  # like Ctrl-C
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = err_path.read_text()
+    assert "scinol: interrupted" in err and "Traceback" not in err
+    assert not os.path.exists(f"/proc/{servers[0]}")  # the job server JVM stopped with the run
+
+
+def topic_exists(bootstrap: str, topic: str) -> bool:
+    from confluent_kafka.admin import AdminClient
+
+    return topic in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics

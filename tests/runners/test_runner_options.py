@@ -1,0 +1,102 @@
+"""``scinol run --runner ...`` as Beam flags (pipelines/runners/options.py),
+and its mistakes as one line from the command line. No runner starts here:
+the jar and binary paths are given, so nothing is provisioned."""
+
+from __future__ import annotations
+
+import pytest
+from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions, StandardOptions
+
+from pipelines.cli.main import build_parser, main
+from pipelines.provision.flink import DEFAULT_FLINK_VERSION
+from pipelines.runners.options import RunnerOptions, beam_args, check
+
+JAR = "/cache/job-server.jar"
+
+
+def flink(*extra, **opts):
+    return beam_args(RunnerOptions("flink", **opts), list(extra), job_server_jar=JAR)
+
+
+def test_direct_adds_nothing_and_keeps_the_users_flags():
+    assert beam_args(RunnerOptions(), []) == []
+    assert beam_args(RunnerOptions("direct"), ["--runner=PortableRunner", "--job_endpoint=x:1"]) == \
+        ["--runner=PortableRunner", "--job_endpoint=x:1"]
+
+
+def test_unbounded_flink_streams_with_checkpoints_and_a_restart_strategy():
+    args = flink(flink_master="localhost:8081", parallelism=2, checkpointing_interval=2000)
+    assert args == ["--runner=FlinkRunner", "--flink_master=localhost:8081", f"--flink_version={DEFAULT_FLINK_VERSION}",
+                    f"--flink_job_server_jar={JAR}", "--environment_type=LOOPBACK", "--streaming",
+                    "--checkpointing_interval=2000", "--finish_bundle_before_checkpointing",
+                    "--number_of_execution_retries=30", "--execution_retry_delay=3000", "--parallelism=2"]
+    options = PipelineOptions(args)
+    assert options.view_as(StandardOptions).runner == "FlinkRunner" and options.view_as(StandardOptions).streaming
+    assert options.view_as(FlinkRunnerOptions).flink_master == "localhost:8081"
+    assert options.view_as(FlinkRunnerOptions).parallelism == 2
+
+
+def test_flink_defaults_to_the_embedded_cluster_and_ten_second_checkpoints():
+    args = flink()
+    assert "--flink_master=[local]" in args and "--checkpointing_interval=10000" in args
+    assert not any(a.startswith("--parallelism") for a in args)
+
+
+def test_a_bounded_flink_run_is_batch_mode_without_checkpoints():
+    args = flink(bounded=True)
+    assert "--streaming" not in args and not any("checkpoint" in a for a in args)
+    assert "--number_of_execution_retries=30" in args
+    with pytest.raises(ValueError, match="--checkpointing-interval with --bounded"):
+        flink(bounded=True, checkpointing_interval=1000)
+
+
+def test_the_users_beam_flags_override_and_pass_through():
+    args = flink("--environment_type=EXTERNAL", "--environment_config=localhost:50000", "--max_bundle_size=10")
+    assert "--environment_type=LOOPBACK" not in args
+    assert args[-3:] == ["--environment_type=EXTERNAL", "--environment_config=localhost:50000", "--max_bundle_size=10"]
+    assert PipelineOptions(args).get_all_options()["environment_type"] == "EXTERNAL"
+
+
+def test_prism_uses_the_given_binary():
+    args = beam_args(RunnerOptions("prism"), ["--streaming"], prism_binary="/cache/prism")
+    assert args == ["--runner=PrismRunner", "--prism_location=/cache/prism", "--streaming"]
+    assert PipelineOptions(args).get_all_options()["prism_location"] == "/cache/prism"
+
+
+@pytest.mark.parametrize("opts, message", [
+    (RunnerOptions("direct", parallelism=2), "--parallelism applies to --runner flink only"),
+    (RunnerOptions("prism", flink_master="[local]"), "--flink-master applies to --runner flink only"),
+    (RunnerOptions("flink", flink_master="http://x"), "--flink-master must be HOST:PORT"),
+    (RunnerOptions("flink", parallelism=0), "--parallelism must be at least 1"),
+    (RunnerOptions("spark"), "--runner must be one of direct, flink, prism"),
+])
+def test_combinations_that_cannot_work(opts, message):
+    with pytest.raises(ValueError, match=message):
+        check(opts)
+
+
+def test_two_runners_are_refused():
+    with pytest.raises(ValueError, match="give the runner once"):
+        flink("--runner=DirectRunner")
+
+
+RUN = ["run", "--bootstrap", "127.0.0.1:1", "--topic", "t", "--predictions-topic", "p"]
+
+
+def test_the_command_line_parses_the_runner_options():
+    args = build_parser().parse_args(RUN + ["--runner", "flink", "--flink-master", "localhost:8081",
+                                            "--parallelism", "2", "--checkpointing-interval", "500", "--", "--x=1"])
+    assert (args.runner, args.flink_master, args.parallelism, args.checkpointing_interval, args.beam_args) == \
+        ("flink", "localhost:8081", 2, 500, ["--x=1"])
+    assert build_parser().parse_args(RUN).runner == "direct"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--parallelism", "2"], "run: --parallelism applies to --runner flink only (the runner is direct)"),
+    (["--runner", "flink", "--flink-master", "nowhere"], "run: --flink-master must be HOST:PORT"),
+    (["--runner", "flink", "--", "--runner=PrismRunner"], "run: --runner flink and a Beam --runner flag"),
+])
+def test_mistakes_are_one_line_and_exit_2(capsys, extra, message):
+    assert main(RUN + extra) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"scinol: error: {message}") and err.count("\n") == 1
