@@ -1,0 +1,203 @@
+"""Batches of Kafka messages as arrays: the columnar twin of
+:func:`pipelines.records.dead_letters.screen` (decode + validate) and
+:meth:`schemas.codec.Codec.encode` for predictions.
+
+:class:`EventDecoder` turns a list of Confluent-framed message values into
+one :class:`EventColumns` with one compiled call
+(:func:`pipelines.records.avro_kernels.decode_events`): features as CSR
+rows (dense values at 0..n-1, sparse indices as given, named features
+hashed exactly as :class:`learners.hashing.FeatureHasher` does), labels with
+a has-label mask, weights, timestamps, ids and model names as offsets into
+the joined input bytes, and per message a reason code (0 = a valid event).
+The compiled reader covers every ``scinol.Event`` writer schema it knows a
+layout for (catalog versions 1 and 2, and registry ids whose schema is one
+of them); a message it does not take (another schema id, anything
+malformed, anything the event checks reject) goes through ``screen`` on its
+own, so results, dead-letter reasons and texts are those of the per-event
+path by construction.
+
+:func:`encode_predictions` writes a batch of ``scinol.Prediction`` records
+given as arrays into one buffer with offsets, byte for byte what the codec
+writes for the same records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from learners.losses import BINARY_LOSSES, loss_code
+from pipelines.records.avro_kernels import (FALLBACK, LABELS_BINARY, LABELS_FINITE, LABELS_SOFTMAX, LAYOUT_V1,
+                                            LAYOUT_V2, decode_events)
+from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES, screen
+from pipelines.records.events import event_rows
+from pipelines.records.validation import MAX_FEATURES
+from schemas.catalog import load_schema
+from schemas.codec import Codec
+from schemas.reasons import REASONS
+
+REASON_CODES = {reason: k + 1 for k, reason in enumerate(REASONS)}
+"""Reason -> code in :attr:`EventColumns.reason`; 0 is a valid event."""
+
+
+@dataclass
+class EventColumns:
+    """One decoded batch, aligned with the input messages. Row i of the CSR
+    arrays holds message i's features (empty for a dead letter); ``label``
+    is NaN where there is none (``has_label`` False) and where it is NaN;
+    ``weight`` NaN where null. ``buf[id_start[i]:id_end[i]]`` is the UTF-8
+    id; ``models[model_code[i]]`` the model (-1 for a dead letter).
+    ``dead``: message index -> (reason, detail) as ``screen`` gives them."""
+
+    buf: np.ndarray
+    id_start: np.ndarray
+    id_end: np.ndarray
+    timestamp: np.ndarray
+    model_code: np.ndarray
+    models: list[str]
+    label: np.ndarray
+    has_label: np.ndarray
+    weight: np.ndarray
+    has_weight: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray
+    reason: np.ndarray
+    dead: dict[int, tuple[str, str]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.reason.shape[0]
+
+    @property
+    def ok(self) -> np.ndarray:
+        return self.reason == 0
+
+    def event_id(self, i: int) -> str:
+        return self.buf[self.id_start[i]:self.id_end[i]].tobytes().decode()
+
+    def event(self, i: int) -> dict:
+        """Message i as the Event record the codec decodes (features as
+        coordinates: dense and sparse as they came, named ones hashed)."""
+        lo, hi = self.indptr[i], self.indptr[i + 1]
+        return {"id": self.event_id(i), "timestamp": int(self.timestamp[i]), "model": self.models[self.model_code[i]],
+                "features": {"indices": self.indices[lo:hi].tolist(), "values": self.values[lo:hi].tolist()},
+                "label": float(self.label[i]) if self.has_label[i] else None,
+                "weight": float(self.weight[i]) if self.has_weight[i] else None}
+
+
+def _label_kind(loss: str) -> int:
+    if loss in BINARY_LOSSES:
+        return LABELS_BINARY
+    return LABELS_SOFTMAX if loss == "softmax" else LABELS_FINITE
+
+
+class EventDecoder:
+    """Screens batches of message values like ``screen(codec, value, loss,
+    n_classes, max_index=..., max_message_bytes=...)`` does one by one, with
+    named features hashed by ``FeatureHasher(hash_bits, hash_seed)``."""
+
+    def __init__(self, codec: Codec, loss: str, n_classes: int | None = None, *, hash_bits: int = 18,
+                 hash_seed: int = 0, max_index: int = DEFAULT_MAX_INDEX, max_features: int = MAX_FEATURES,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+        from learners.hashing import FeatureHasher
+
+        loss_code(loss)  # ValueError for an unknown loss
+        self.codec, self.loss, self.n_classes = codec, loss, n_classes
+        self.hasher = FeatureHasher(hash_bits, hash_seed)
+        self.max_index, self.max_features, self.max_message_bytes = max_index, max_features, max_message_bytes
+        self.params = (np.int64(hash_bits), np.int64(hash_seed), np.int64(max_features),
+                       np.int64(min(max_index, 1 << 62)))
+        self.labels = (np.int64(_label_kind(loss)), np.float64(n_classes or 1))
+        self._known = -1
+        self._refresh_layouts()
+
+    def _refresh_layouts(self) -> None:
+        """The writer schema ids the compiled reader takes: every id the
+        codec reads as an Event whose writer schema is a catalog version."""
+        table = dict(self.codec._by_id)
+        if len(table) == self._known:
+            return
+        from fastavro.schema import to_parsing_canonical_form as canonical
+
+        current = self.codec._readers["scinol.Event"][0]
+        layouts = {canonical(load_schema("scinol.Event", 1)): LAYOUT_V1,
+                   canonical(load_schema("scinol.Event", 2)): LAYOUT_V2}
+        sids, kinds = [], []
+        for sid, (name, _, writer, _) in table.items():
+            if name == "scinol.Event" and writer is not None:
+                kind = LAYOUT_V2 if writer is current else layouts.get(canonical(writer))
+                if kind:
+                    sids.append(sid)
+                    kinds.append(kind)
+        self.sids, self.layouts = np.array(sids, np.int64), np.array(kinds, np.int8)
+        self._known = len(table)
+
+    def decode(self, values) -> EventColumns:
+        """The batch ``values`` (bytes, or None for a tombstone) as columns."""
+        values = values if isinstance(values, list) else list(values)
+        try:
+            lengths = np.fromiter(map(len, values), np.int64, len(values))
+            buf = np.frombuffer(b"".join(values), np.uint8)
+        except TypeError:  # a None or non-bytes value: left to the per-message path
+            lengths = np.array([len(v) if isinstance(v, (bytes, bytearray, memoryview)) else 0 for v in values],
+                               np.int64)
+            buf = np.frombuffer(b"".join(v if isinstance(v, (bytes, bytearray, memoryview)) else b""
+                                         for v in values), np.uint8)
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        status, cols, indptr, indices, data, code, firsts = decode_events(
+            buf, starts, ends, self.sids, self.layouts, self.params, self.labels, self.max_message_bytes)
+        ts, id_s, id_e, model_s, model_e, label, has_label, weight, has_weight = cols
+        models = [buf[model_s[f]:model_e[f]].tobytes().decode() for f in firsts]
+        out = EventColumns(buf, id_s, id_e, ts, code, models, label, has_label, weight, has_weight, indptr, indices,
+                           data, np.zeros(len(values), np.int8))
+        slow = np.flatnonzero(status == FALLBACK)
+        if slow.size:
+            self._fallback(out, values, slow)
+        return out
+
+    def _fallback(self, out: EventColumns, values: list, slow: np.ndarray) -> None:
+        """The messages the compiled reader did not take, one by one through
+        the per-event path; valid ones are spliced into the columns."""
+        extra, rows = bytearray(), {}
+        models = {m: c for c, m in enumerate(out.models)}
+        for i in slow.tolist():
+            event, problem = screen(self.codec, values[i], self.loss, self.n_classes, max_index=self.max_index,
+                                    max_message_bytes=self.max_message_bytes)
+            if problem is not None:
+                out.reason[i] = REASON_CODES[problem[0]]
+                out.dead[i] = problem
+                continue
+            name = event["id"].encode()
+            out.id_start[i] = out.buf.shape[0] + len(extra)
+            extra += name
+            out.id_end[i] = out.id_start[i] + len(name)
+            out.model_code[i] = models.setdefault(event["model"], len(models))
+            out.timestamp[i] = event["timestamp"]
+            label, weight = event.get("label"), event.get("weight")
+            out.has_label[i], out.label[i] = label is not None, np.nan if label is None else label
+            out.has_weight[i], out.weight[i] = weight is not None, np.nan if weight is None else weight
+            indptr, indices, data, _ = event_rows([event], self.hasher)
+            rows[i] = (indices, data)
+        out.models = list(models)
+        self._refresh_layouts()  # a registry may have taught the codec new ids
+        if extra:
+            out.buf = np.concatenate([out.buf, np.frombuffer(bytes(extra), np.uint8)])
+        if rows:
+            _splice(out, rows)
+
+
+def _splice(out: EventColumns, rows: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
+    """Rows of the per-event path put into the (empty) rows they belong to."""
+    ptr, counts = out.indptr, np.diff(out.indptr)
+    pieces_i, pieces_v, prev = [], [], 0
+    for i in sorted(rows):
+        pieces_i += [out.indices[ptr[prev]:ptr[i]], rows[i][0]]
+        pieces_v += [out.values[ptr[prev]:ptr[i]], rows[i][1]]
+        counts[i] = rows[i][0].shape[0]
+        prev = i + 1
+    pieces_i.append(out.indices[ptr[prev]:])
+    pieces_v.append(out.values[ptr[prev]:])
+    out.indices, out.values = np.concatenate(pieces_i), np.concatenate(pieces_v)
+    out.indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
