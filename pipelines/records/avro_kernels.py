@@ -412,3 +412,123 @@ def decode_events(buf, starts, ends, sids, layouts, params, labels, max_message_
                 model_code[i] = last
         indptr[i + 1] = out
     return status, cols, indptr, indices[:out], values[:out], model_code, firsts[:n_models]
+
+
+# ---------------------------------------------------------------- writing
+
+
+@njit(cache=True, inline="always")
+def _zigzag(v):
+    return (np.uint64(v) << np.uint64(1)) ^ np.uint64(v >> 63)
+
+
+@njit(cache=True, inline="always")
+def long_size(v):
+    z = _zigzag(v)
+    n = 1
+    while z >= 0x80:
+        z >>= np.uint64(7)
+        n += 1
+    return n
+
+
+@njit(cache=True, inline="always")
+def write_long(out, pos, v):
+    z = _zigzag(v)
+    while z >= 0x80:
+        out[pos] = np.uint8((z & np.uint64(0x7F)) | np.uint64(0x80))
+        z >>= np.uint64(7)
+        pos += 1
+    out[pos] = np.uint8(z)
+    return pos + 1
+
+
+@njit(cache=True, inline="always")
+def write_double(out, pos, v, cell):
+    """``cell``: a 1-element float64 array, to see v's 8 bytes through."""
+    cell[0] = v
+    out[pos:pos + 8] = cell.view(np.uint8)
+    return pos + 8
+
+
+@njit(cache=True, inline="always")
+def write_string(out, pos, sbuf, s, e):
+    pos = write_long(out, pos, e - s)
+    out[pos:pos + e - s] = sbuf[s:e]
+    return pos + e - s
+
+
+@njit(cache=True)
+def _prediction_size(i, header, strs, longs, flags, doubles):
+    id_s, id_e, model_s, model_e, topic_s, topic_e = strs
+    version, klass, ts, partition, offset = longs
+    has_prob, has_klass, has_label, has_partition, has_offset = flags
+    scores, prob, label, loss, latency = doubles
+    k = scores.shape[1]
+    size = header.shape[0] + long_size(id_e[i] - id_s[i]) + id_e[i] - id_s[i]
+    size += long_size(model_e[i] - model_s[i]) + model_e[i] - model_s[i] + long_size(version[i]) + 8
+    size += (long_size(k) + 8 * k + 1) if k else 1
+    size += 1 + 8 * has_prob[i] + 1 + (long_size(klass[i]) if has_klass[i] else 0) + 1 + 8 * has_label[i]
+    size += 1 + (8 if loss[i] == loss[i] else 0) + long_size(ts[i]) + 8
+    size += 1 + (long_size(topic_e[i] - topic_s[i]) + topic_e[i] - topic_s[i] if topic_s[i] >= 0 else 0)
+    size += 1 + (long_size(partition[i]) if has_partition[i] else 0)
+    size += 1 + (long_size(offset[i]) if has_offset[i] else 0)
+    return size
+
+
+@njit(cache=True)
+def _write_prediction(out, pos, i, header, sbuf, strs, longs, flags, doubles, cell):
+    id_s, id_e, model_s, model_e, topic_s, topic_e = strs
+    version, klass, ts, partition, offset = longs
+    has_prob, has_klass, has_label, has_partition, has_offset = flags
+    scores, prob, label, loss, latency = doubles
+    out[pos:pos + header.shape[0]] = header
+    pos = write_string(out, pos + header.shape[0], sbuf, id_s[i], id_e[i])
+    pos = write_string(out, pos, sbuf, model_s[i], model_e[i])
+    pos = write_double(out, write_long(out, pos, version[i]), scores[i, 0], cell)
+    k = scores.shape[1]
+    if k:
+        pos = write_long(out, pos, k)
+        for j in range(k):
+            pos = write_double(out, pos, scores[i, j], cell)
+    out[pos] = 0
+    pos += 1
+    pos = _union_double(out, pos, has_prob[i], prob[i], cell)
+    out[pos] = 2 if has_klass[i] else 0
+    pos = write_long(out, pos + 1, klass[i]) if has_klass[i] else pos + 1
+    pos = _union_double(out, pos, has_label[i], label[i], cell)
+    pos = _union_double(out, pos, loss[i] == loss[i], loss[i], cell)
+    pos = write_double(out, write_long(out, pos, ts[i]), latency[i], cell)
+    out[pos] = 2 if topic_s[i] >= 0 else 0
+    pos = write_string(out, pos + 1, sbuf, topic_s[i], topic_e[i]) if topic_s[i] >= 0 else pos + 1
+    out[pos] = 2 if has_partition[i] else 0
+    pos = write_long(out, pos + 1, partition[i]) if has_partition[i] else pos + 1
+    out[pos] = 2 if has_offset[i] else 0
+    return write_long(out, pos + 1, offset[i]) if has_offset[i] else pos + 1
+
+
+@njit(cache=True, inline="always")
+def _union_double(out, pos, present, v, cell):
+    """A ["null", "double"] union: branch 0 (null) or branch 1 then v."""
+    out[pos] = 2 if present else 0
+    return write_double(out, pos + 1, v, cell) if present else pos + 1
+
+
+@njit(cache=True)
+def encode_predictions(header, sbuf, strs, longs, flags, doubles):
+    """Framed ``scinol.Prediction`` (version 2 layout) records, row i of the
+    columns (``strs``: start/end in sbuf of the event id, model and source
+    topic, topic start -1 for null; ``longs``: model version, predicted
+    class, event timestamp, source partition and offset; ``flags``: which of
+    probability, class, label, partition, offset are present; ``doubles``:
+    scores (n, k), probability, label, loss (NaN = null), latency) written
+    back to back: (buffer, offsets), record i at buffer[offsets[i]:offsets[i + 1]]."""
+    n = strs[0].shape[0]
+    offsets = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        offsets[i + 1] = offsets[i] + _prediction_size(i, header, strs, longs, flags, doubles)
+    out = np.empty(offsets[n], np.uint8)
+    cell = np.empty(1, np.float64)
+    for i in range(n):
+        _write_prediction(out, offsets[i], i, header, sbuf, strs, longs, flags, doubles, cell)
+    return out, offsets

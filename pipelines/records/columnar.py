@@ -30,6 +30,7 @@ import numpy as np
 from learners.losses import BINARY_LOSSES, loss_code
 from pipelines.records.avro_kernels import (FALLBACK, LABELS_BINARY, LABELS_FINITE, LABELS_SOFTMAX, LAYOUT_V1,
                                             LAYOUT_V2, decode_events)
+from pipelines.records.avro_kernels import encode_predictions as _encode
 from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES, screen
 from pipelines.records.events import event_rows
 from pipelines.records.validation import MAX_FEATURES
@@ -201,3 +202,57 @@ def _splice(out: EventColumns, rows: dict[int, tuple[np.ndarray, np.ndarray]]) -
     pieces_v.append(out.values[ptr[prev]:])
     out.indices, out.values = np.concatenate(pieces_i), np.concatenate(pieces_v)
     out.indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+
+# ---------------------------------------------------------------- predictions
+
+
+def _flag(values, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(values, present) for an optional column: None means absent in every row."""
+    if values is None:
+        return np.zeros(n), np.zeros(n, np.bool_)
+    return values, np.ones(n, np.bool_)
+
+
+def encode_predictions(codec: Codec, topic: str | None, *, buf: np.ndarray, id_start: np.ndarray,
+                       id_end: np.ndarray, model: str, model_version: np.ndarray, scores: np.ndarray,
+                       label: np.ndarray, has_label: np.ndarray, loss: np.ndarray, event_timestamp: np.ndarray,
+                       latency_ms: np.ndarray, probability: np.ndarray | None = None,
+                       predicted_class: np.ndarray | None = None, source_topic: str | None = None,
+                       source_partition: np.ndarray | None = None,
+                       source_offset: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The ``scinol.Prediction`` records of one model's batch, framed as
+    ``codec.encode("scinol.Prediction", record, topic)`` frames them:
+    (buffer, offsets), record i at buffer[offsets[i]:offsets[i + 1]].
+    Event ids are ``buf[id_start[i]:id_end[i]]`` (UTF-8, as in
+    :class:`EventColumns`); ``loss`` NaN is null (unlabelled); a label is
+    written where ``has_label`` (NaN included); optional columns given as
+    None are null in every row, ``source_topic`` is one topic for the batch.
+    Raises :class:`schemas.codec.EncodeError` for a partition outside int."""
+    from schemas.codec import EncodeError
+
+    header, _, prepare = codec._writer("scinol.Prediction", topic)
+    if prepare is not None:  # the registry's writer is an older version: the compiled layout does not apply
+        raise EncodeError(f"the registered scinol.Prediction schema for {topic!r} is not the current version")
+    n = len(id_start)
+    names = (model.encode(), b"" if source_topic is None else source_topic.encode())
+    sbuf = np.concatenate([np.asarray(buf, np.uint8), np.frombuffer(names[0] + names[1], np.uint8)])
+    at = np.int64(len(buf))
+    model_s = np.full(n, at, np.int64)
+    topic_s = np.full(n, at + len(names[0]) if source_topic is not None else -1, np.int64)
+    prob, has_prob = _flag(probability, n)
+    klass, has_klass = _flag(predicted_class, n)
+    partition, has_partition = _flag(source_partition, n)
+    offset, has_offset = _flag(source_offset, n)
+    partition = np.asarray(partition, np.int64)
+    if has_partition.any() and ((partition < -(1 << 31)) | (partition >= 1 << 31)).any():
+        raise EncodeError("cannot encode scinol.Prediction: source_partition outside the Avro int range")
+    strs = (np.asarray(id_start, np.int64), np.asarray(id_end, np.int64), model_s, model_s + len(names[0]),
+            topic_s, topic_s + len(names[1]))
+    longs = tuple(np.asarray(a, np.int64) for a in (model_version, klass, event_timestamp, partition, offset))
+    flags = (has_prob, has_klass, np.asarray(has_label, np.bool_), has_partition, has_offset)
+    scores = np.ascontiguousarray(scores, np.float64).reshape(n, -1)
+    if scores.shape[1] == 0:
+        raise ValueError("a prediction needs at least one score")
+    doubles = (scores,) + tuple(np.ascontiguousarray(a, np.float64) for a in (prob, label, loss, latency_ms))
+    return _encode(np.frombuffer(header, np.uint8), sbuf, strs, longs, flags, doubles)
