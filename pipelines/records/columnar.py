@@ -66,6 +66,8 @@ class EventColumns:
     values: np.ndarray
     reason: np.ndarray
     dead: dict[int, tuple[str, str]] = field(default_factory=dict)
+    fallbacks: int = 0
+    """How many messages went through the per-event path."""
 
     def __len__(self) -> int:
         return self.reason.shape[0]
@@ -155,6 +157,7 @@ class EventDecoder:
                            data, np.zeros(len(values), np.int8))
         slow = np.flatnonzero(status == FALLBACK)
         if slow.size:
+            out.fallbacks = int(slow.size)
             self._fallback(out, values, slow)
         return out
 
