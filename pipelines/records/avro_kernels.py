@@ -26,8 +26,9 @@ from numba import njit
 
 from learners.murmur import murmur3_bytes
 
-OK, FALLBACK = 0, 1
-"""Per-message status of :func:`decode_events`."""
+FALLBACK = 1
+"""Per-message status of :func:`decode_events`: at least this for a
+message the compiled reader did not take."""
 LAYOUT_V1, LAYOUT_V2 = 1, 2
 """Event writer layouts: version 1 (no weight), version 2 (weight last)."""
 LABELS_FINITE, LABELS_BINARY, LABELS_SOFTMAX = 0, 1, 2
@@ -377,8 +378,9 @@ def decode_events(buf, starts, ends, sids, layouts, params, labels, max_message_
     module doc). ``sids``/``layouts``: the writer schema ids with a compiled
     layout; ``params`` = (hash bits, hash seed, max features, max index);
     ``labels`` = (label kind, n_classes). Returns (status, cols, indptr,
-    indices, values, model_code, model_firsts); rows with status FALLBACK
-    are empty. Output space is bounded by the input's size: an accepted
+    indices, values, model_code, model_firsts); status is minus the layout
+    for a message read, positive (FALLBACK or more) for one to send through
+    the per-event path, whose row is empty. Output space is bounded by the input's size: an accepted
     message holds at most one feature entry per 8 bytes."""
     n = starts.shape[0]
     total, biggest = 0, 0
@@ -402,11 +404,12 @@ def decode_events(buf, starts, ends, sids, layouts, params, labels, max_message_
     n_models, last, out = 0, -1, 0
     for i in range(n):
         layout = _layout(buf, starts[i], ends[i], sids, layouts, max_message_bytes)
+        status[i] = FALLBACK + layout  # unless read below
         if layout:
             nnz = _read_event(buf, starts[i] + 5, ends[i], layout, params, labels, cols, i, indices, values, out,
                               scratch, coords)
             if nnz >= 0:
-                status[i] = OK
+                status[i] = -layout
                 out += nnz
                 last, n_models = _model_code(buf, cols[3], cols[4], i, firsts, n_models, last)
                 model_code[i] = last
@@ -532,3 +535,19 @@ def encode_predictions(header, sbuf, strs, longs, flags, doubles):
     for i in range(n):
         _write_prediction(out, offsets[i], i, header, sbuf, strs, longs, flags, doubles, cell)
     return out, offsets
+
+
+@njit(cache=True)
+def gather_rows(indptr, indices, values, rows):
+    """The CSR rows ``rows`` of (indptr, indices, values), in that order."""
+    n = rows.shape[0]
+    out_ptr = np.zeros(n + 1, np.int64)
+    for k in range(n):
+        out_ptr[k + 1] = out_ptr[k] + indptr[rows[k] + 1] - indptr[rows[k]]
+    out_i = np.empty(out_ptr[n], np.int64)
+    out_v = np.empty(out_ptr[n], np.float64)
+    for k in range(n):
+        lo, hi = indptr[rows[k]], indptr[rows[k] + 1]
+        out_i[out_ptr[k]:out_ptr[k + 1]] = indices[lo:hi]
+        out_v[out_ptr[k]:out_ptr[k + 1]] = values[lo:hi]
+    return out_ptr, out_i, out_v

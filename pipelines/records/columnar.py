@@ -23,19 +23,23 @@ writes for the same records.
 
 from __future__ import annotations
 
+import io
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
+from fastavro import schemaless_reader
 
 from learners.losses import BINARY_LOSSES, loss_code
 from pipelines.records.avro_kernels import (FALLBACK, LABELS_BINARY, LABELS_FINITE, LABELS_SOFTMAX, LAYOUT_V1,
-                                            LAYOUT_V2, decode_events)
+                                            LAYOUT_V2, decode_events, gather_rows)
 from pipelines.records.avro_kernels import encode_predictions as _encode
 from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES, screen
 from pipelines.records.events import event_rows
 from pipelines.records.validation import MAX_FEATURES
 from schemas.catalog import load_schema
-from schemas.codec import Codec
+from schemas.codec import Codec, _reading_schema
 from schemas.reasons import REASONS
 
 REASON_CODES = {reason: k + 1 for k, reason in enumerate(REASONS)}
@@ -65,6 +69,15 @@ class EventColumns:
     indices: np.ndarray
     values: np.ndarray
     reason: np.ndarray
+    msg_start: np.ndarray | None = None
+    msg_end: np.ndarray | None = None
+    """Message i's value is ``buf[msg_start[i]:msg_end[i]]``."""
+    layout: np.ndarray | None = None
+    """Writer layout of the messages the compiled reader took (1, 2), 0 otherwise."""
+    records: dict[int, dict] = field(default_factory=dict)
+    """The decoded records of valid messages the compiled reader did not take."""
+    hashing: tuple[int, int] = (18, 0)
+    """(bits, seed) of the FeatureHasher named features were hashed with."""
     dead: dict[int, tuple[str, str]] = field(default_factory=dict)
     fallbacks: int = 0
     """How many messages went through the per-event path."""
@@ -79,6 +92,14 @@ class EventColumns:
     def event_id(self, i: int) -> str:
         return self.buf[self.id_start[i]:self.id_end[i]].tobytes().decode()
 
+    def record(self, i: int) -> dict:
+        """Valid message i as the codec decodes it (named features by name)."""
+        if i in self.records:
+            return self.records[i]
+        writer, reader = _readers(int(self.layout[i]))
+        fo = io.BytesIO(self.buf[self.msg_start[i] + 5:self.msg_end[i]].tobytes())
+        return schemaless_reader(fo, writer, reader)
+
     def event(self, i: int) -> dict:
         """Message i as the Event record the codec decodes (features as
         coordinates: dense and sparse as they came, named ones hashed)."""
@@ -87,6 +108,13 @@ class EventColumns:
                 "features": {"indices": self.indices[lo:hi].tolist(), "values": self.values[lo:hi].tolist()},
                 "label": float(self.label[i]) if self.has_label[i] else None,
                 "weight": float(self.weight[i]) if self.has_weight[i] else None}
+
+
+@lru_cache(maxsize=None)
+def _readers(layout: int) -> tuple:
+    """(writer, reader) fastavro schemas of an Event layout, as the codec reads them."""
+    current = _reading_schema(load_schema("scinol.Event"))
+    return (_reading_schema(load_schema("scinol.Event", layout)), current) if layout == LAYOUT_V1 else (current, None)
 
 
 def _label_kind(loss: str) -> int:
@@ -154,8 +182,10 @@ class EventDecoder:
         ts, id_s, id_e, model_s, model_e, label, has_label, weight, has_weight = cols
         models = [buf[model_s[f]:model_e[f]].tobytes().decode() for f in firsts]
         out = EventColumns(buf, id_s, id_e, ts, code, models, label, has_label, weight, has_weight, indptr, indices,
-                           data, np.zeros(len(values), np.int8))
-        slow = np.flatnonzero(status == FALLBACK)
+                           data, np.zeros(len(values), np.int8), starts, ends,
+                           (self.hasher.bits, self.hasher.seed))
+        out.layout = np.maximum(-status, 0)
+        slow = np.flatnonzero(status >= FALLBACK)
         if slow.size:
             out.fallbacks = int(slow.size)
             self._fallback(out, values, slow)
@@ -182,6 +212,7 @@ class EventDecoder:
             label, weight = event.get("label"), event.get("weight")
             out.has_label[i], out.label[i] = label is not None, np.nan if label is None else label
             out.has_weight[i], out.weight[i] = weight is not None, np.nan if weight is None else weight
+            out.records[i] = event
             indptr, indices, data, _ = event_rows([event], self.hasher)
             rows[i] = (indices, data)
         out.models = list(models)
@@ -259,3 +290,62 @@ def encode_predictions(codec: Codec, topic: str | None, *, buf: np.ndarray, id_s
         raise ValueError("a prediction needs at least one score")
     doubles = (scores,) + tuple(np.ascontiguousarray(a, np.float64) for a in (prob, label, loss, latency_ms))
     return _encode(np.frombuffer(header, np.uint8), sbuf, strs, longs, flags, doubles)
+
+
+# ---------------------------------------------------------------- events for the record-based steps
+
+_EVENT_KEYS = ("id", "timestamp", "model", "features", "label", "weight")
+
+
+class ColumnarEvent(Mapping):
+    """Row ``i`` of an :class:`EventColumns`, read as the Event record the
+    codec decodes, for steps that take records. The fields are read from
+    the columns when asked for; ``features`` (the one that needs the
+    original names) decodes the message again. :func:`columnar_rows` turns a
+    list of them into learner rows without touching ``features``."""
+
+    __slots__ = ("cols", "i")
+
+    def __init__(self, cols: EventColumns, i: int):
+        self.cols, self.i = cols, i
+
+    def __getitem__(self, key):
+        cols, i = self.cols, self.i
+        if key == "id":
+            return cols.event_id(i)
+        if key == "timestamp":
+            return int(cols.timestamp[i])
+        if key == "model":
+            return cols.models[cols.model_code[i]]
+        if key == "label":
+            return float(cols.label[i]) if cols.has_label[i] else None
+        if key == "weight":
+            return float(cols.weight[i]) if cols.has_weight[i] else None
+        if key == "features":
+            return cols.record(i)["features"]
+        raise KeyError(key)
+
+    def __iter__(self):
+        return iter(_EVENT_KEYS)
+
+    def __len__(self) -> int:
+        return len(_EVENT_KEYS)
+
+    def __reduce__(self):
+        return ColumnarEvent, (self.cols, self.i)
+
+    @staticmethod
+    def learner_rows(events: list, learner):
+        """((indptr, indices, data), y) as :func:`pipelines.records.events.learner_rows`
+        gives them, gathered from the columns; None when that path must
+        decide (crossed features, other events in the list, another hasher)."""
+        if learner.interactions or not events:
+            return None
+        cols = events[0].cols
+        if cols.hashing != (learner.hasher.bits, learner.hasher.seed):
+            return None
+        try:
+            rows = np.fromiter((e.i for e in events if e.cols is cols), np.int64, len(events))
+        except (AttributeError, ValueError):  # not all ColumnarEvents, or of other batches
+            return None
+        return gather_rows(cols.indptr, cols.indices, cols.values, rows), cols.label[rows]

@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 from learners.hashing import FeatureHasher
 from pipelines.records.avro_kernels import utf8_ok
-from pipelines.records.columnar import REASON_CODES, EventDecoder, encode_predictions
+from learners import make_learner
+from pipelines.records.columnar import REASON_CODES, ColumnarEvent, EventDecoder, encode_predictions
 from pipelines.records.dead_letters import screen
-from pipelines.records.events import event_rows
+from pipelines.records.events import event_rows, learner_rows
 from schemas.catalog import load_schema, schema_id
 from schemas.codec import Codec
 from tests.support.fuzzkit import _string, _zigzag
@@ -40,6 +41,7 @@ def assert_same_as_per_event_path(decoder: EventDecoder, values: list) -> None:
     cols = decoder.decode(values)
     hasher = decoder.hasher
     assert len(cols) == len(values)
+    valid = []
     for i, value in enumerate(values):
         event, problem = screen(CODEC, value, decoder.loss, decoder.n_classes, max_index=decoder.max_index,
                                 max_message_bytes=decoder.max_message_bytes)
@@ -60,6 +62,20 @@ def assert_same_as_per_event_path(decoder: EventDecoder, values: list) -> None:
         assert bool(cols.has_weight[i]) == (weight is not None)
         if weight is not None:
             assert bits([cols.weight[i]]) == bits([weight])
+        assert repr(dict(ColumnarEvent(cols, i))) == repr(event)  # what the record-based steps see
+        valid.append((event, ColumnarEvent(cols, i)))
+    if valid:
+        assert_same_learner_rows(decoder, valid)
+
+
+def assert_same_learner_rows(decoder: EventDecoder, valid: list) -> None:
+    """learner_rows over ColumnarEvents (gathered from the columns when the
+    learner hashes as the decoder did) equals it over the decoded records."""
+    learner = make_learner("scinol2", decoder.loss, n_classes=decoder.n_classes, hash_bits=decoder.hasher.bits)
+    (want_ptr, want_i, want_v), want_y = learner_rows([e for e, _ in valid], learner)
+    (ptr, ind, val), y = learner_rows([c for _, c in valid], learner)
+    assert ptr.tolist() == want_ptr.tolist() and ind.tolist() == want_i.tolist()
+    assert bits(val) == bits(want_v) and bits(y) == bits(want_y)
 
 
 # ------------------------------------------------------------ generators
