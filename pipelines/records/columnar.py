@@ -182,9 +182,8 @@ class EventDecoder:
         ts, id_s, id_e, model_s, model_e, label, has_label, weight, has_weight = cols
         models = [buf[model_s[f]:model_e[f]].tobytes().decode() for f in firsts]
         out = EventColumns(buf, id_s, id_e, ts, code, models, label, has_label, weight, has_weight, indptr, indices,
-                           data, np.zeros(len(values), np.int8), starts, ends,
-                           (self.hasher.bits, self.hasher.seed))
-        out.layout = np.maximum(-status, 0)
+                           data, np.zeros(len(values), np.int8), msg_start=starts, msg_end=ends,
+                           layout=np.maximum(-status, 0), hashing=(self.hasher.bits, self.hasher.seed))
         slow = np.flatnonzero(status >= FALLBACK)
         if slow.size:
             out.fallbacks = int(slow.size)

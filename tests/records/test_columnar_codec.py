@@ -22,8 +22,13 @@ from pipelines.records.columnar import REASON_CODES, ColumnarEvent, EventDecoder
 from pipelines.records.dead_letters import screen
 from pipelines.records.events import event_rows, learner_rows
 from schemas.catalog import load_schema, schema_id
+from apache_beam.pvalue import TaggedOutput
+
+from pipelines.beam_io import KafkaMessage
+from pipelines.config import RunConfig
+from pipelines.steps import DecodeEvents
 from schemas.codec import Codec
-from tests.support.fuzzkit import _string, _zigzag
+from tests.support.fuzzkit import _string, _zigzag, corpus, seed_values
 
 CODEC = Codec()
 WRITERS = {v: parse_schema(load_schema("scinol.Event", v), named_schemas={}) for v in (1, 2)}
@@ -262,3 +267,31 @@ def test_encode_equals_the_codec_bytes(b):
     want = [CODEC.encode("scinol.Prediction", r, "predictions") for r in prediction_dicts(b)]
     assert [buf[offsets[i]:offsets[i + 1]].tobytes() for i in range(len(want))] == want
     assert offsets[-1] == buf.shape[0]
+
+
+# ------------------------------------------------------------ the pipeline's decode step
+
+
+def step_outputs(columnar: bool, values: list, **limits) -> tuple[list, list]:
+    """(dead letters, [(model, [(position, event as dict)])]) of DecodeEvents on one batch."""
+    fn = DecodeEvents(RunConfig("unused:9092", "events", "predictions", **limits), columnar=columnar)
+    fn.setup()
+    batch = [KafkaMessage("t", 0, 100 + i, 1_700_000_000_000, b"k%d" % i, v) for i, v in enumerate(values)]
+    dead, parts = [], []
+    for out in fn.process(batch):
+        if isinstance(out, TaggedOutput):
+            dead.append(out.value)
+        else:
+            model, items = out
+            assert items.start == 100
+            parts.append((model, [(pos, repr(dict(event))) for pos, event in items]))
+    return dead, parts
+
+
+def test_the_columnar_decode_step_gives_what_the_per_event_step_gives():
+    values = corpus(3000, seed=7) + seed_values() * 20 + [None]
+    for limits in ({}, {"max_models": 2, "max_index": 1000}):
+        want = step_outputs(False, values, **limits)
+        got = step_outputs(True, values, **limits)
+        assert len(want[0]) > 1000 and sum(len(items) for _, items in want[1]) > 100  # both outcomes exercised
+        assert got == want
