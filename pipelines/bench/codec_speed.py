@@ -14,7 +14,11 @@ non-zeros in 2^20 dimensions), named (10 hashed names). Each figure is the
 best of ``--repeats`` passes over ``--n`` events in batches of ``--batch``
 messages, JIT compilation warmed up first. Run:
 
-    python -m pipelines.bench.codec_speed [--n 200000] [--batch 1000]
+    python -m pipelines.bench.codec_speed [--n 200000] [--batch 1000] [--pipeline 200000]
+
+``--pipeline N`` adds whole ``scinol run --bounded`` runs (exact mode, the
+embedded broker) over N events of each kind, decoding per event and then by
+batch, one after the other on the same topic.
 """
 
 from __future__ import annotations
@@ -142,12 +146,48 @@ def encode_rates(codec: Codec, frames: list[bytes], batch: int, repeats: int) ->
     return best_rate(per_record, n, repeats), best_rate(columnar, n, repeats)
 
 
+def pipeline_rates(broker, name: str, events, n: int) -> tuple[float, float]:
+    """Events/s of a bounded exact-mode run (ScInOL2, logistic) over the same
+    n events in one partition, decoding one message at a time and then by
+    batch (RunConfig.columnar_decode), whole run wall time."""
+    from pipelines.config import LearnerConfig, RunConfig
+    from pipelines.launch import run
+    from pipelines.records.topics import produce_events, read_records
+
+    topic = f"bench.codec.{name}"
+    produce_events(broker.bootstrap, topic, events, partitions=1, total=n, progress=False)
+    rates = []
+    for columnar in (False, True):
+        cfg = RunConfig(bootstrap=broker.bootstrap, topic=topic, predictions_topic=f"{topic}.pred.{columnar}",
+                        bounded=True, learner=LearnerConfig("scinol2", "logistic", hash_bits=20),
+                        progress_seconds=None, max_batch=5000, columnar_decode=columnar)
+        t0 = time.perf_counter()
+        run(cfg)
+        rates.append(n / (time.perf_counter() - t0))
+        if len(read_records(broker.bootstrap, cfg.predictions_topic, n)) != n:
+            raise RuntimeError(f"the run wrote fewer than {n} predictions")
+    return rates[0], rates[1]
+
+
+def pipeline_table(n: int, kinds: list[str]) -> None:
+    from pipelines.kafka.broker import EmbeddedBroker
+
+    print(f"\nscinol run --bounded (exact mode, embedded broker), {n} events, one run each; events/s")
+    print(f"{'events':7} {'per-event decode':>16} {'columnar decode':>16} {'x':>5}")
+    with EmbeddedBroker() as broker:
+        for kind in kinds:
+            slow, fast = pipeline_rates(broker, kind, make_events(kind, n), n)
+            print(f"{kind:7} {slow:16,.0f} {fast:16,.0f} {fast / slow:5.2f}", flush=True)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=200_000)
     ap.add_argument("--batch", type=int, default=1_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--kinds", default="dense,sparse,named")
+    ap.add_argument("--pipeline", type=int, default=0, metavar="N",
+                    help="also run the exact pipeline over N events, per-event and columnar decode")
     args = ap.parse_args(argv)
     codec = Codec()
     print(f"{args.n} events per pass, batches of {args.batch}, best of {args.repeats}; events/s")
@@ -160,6 +200,8 @@ def main(argv=None) -> None:
         size = sum(map(len, frames)) / len(frames)
         print(f"{kind:7} {size:8.0f} | {slow:17,.0f} {fastavro_only:13,.0f} {fast:11,.0f} {fast / slow:5.1f} "
               f"| {enc_slow:18,.0f} {enc_fast:11,.0f} {enc_fast / enc_slow:5.1f}", flush=True)
+    if args.pipeline:
+        pipeline_table(args.pipeline, args.kinds.split(","))
 
 
 if __name__ == "__main__":
