@@ -30,7 +30,10 @@ FALLBACK = 1
 """Per-message status of :func:`decode_events`: at least this for a
 message the compiled reader did not take."""
 LAYOUT_V1, LAYOUT_V2 = 1, 2
-"""Event writer layouts: version 1 (no weight), version 2 (weight last)."""
+"""Event writer layouts, numbered as the schema versions: version 1 (no
+weight), version 2 (weight last). The columns are those of version 2, the
+current one; a version 3 needs its layout here before the compiled reader
+may take it (until then its messages go the per-event way)."""
 LABELS_FINITE, LABELS_BINARY, LABELS_SOFTMAX = 0, 1, 2
 """Which labels the loss surely accepts (the fast check of validate_event)."""
 

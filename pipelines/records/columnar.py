@@ -38,7 +38,7 @@ from pipelines.records.avro_kernels import encode_predictions as _encode
 from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES, screen
 from pipelines.records.events import event_rows
 from pipelines.records.validation import MAX_FEATURES
-from schemas.catalog import load_schema
+from schemas.catalog import current_version, load_schema
 from schemas.codec import Codec, _reading_schema
 from schemas.reasons import REASONS
 
@@ -100,21 +100,13 @@ class EventColumns:
         fo = io.BytesIO(self.buf[self.msg_start[i] + 5:self.msg_end[i]].tobytes())
         return schemaless_reader(fo, writer, reader)
 
-    def event(self, i: int) -> dict:
-        """Message i as the Event record the codec decodes (features as
-        coordinates: dense and sparse as they came, named ones hashed)."""
-        lo, hi = self.indptr[i], self.indptr[i + 1]
-        return {"id": self.event_id(i), "timestamp": int(self.timestamp[i]), "model": self.models[self.model_code[i]],
-                "features": {"indices": self.indices[lo:hi].tolist(), "values": self.values[lo:hi].tolist()},
-                "label": float(self.label[i]) if self.has_label[i] else None,
-                "weight": float(self.weight[i]) if self.has_weight[i] else None}
-
 
 @lru_cache(maxsize=None)
 def _readers(layout: int) -> tuple:
     """(writer, reader) fastavro schemas of an Event layout, as the codec reads them."""
-    current = _reading_schema(load_schema("scinol.Event"))
-    return (_reading_schema(load_schema("scinol.Event", layout)), current) if layout == LAYOUT_V1 else (current, None)
+    writer = _reading_schema(load_schema("scinol.Event", layout))  # layout n is the layout of version n
+    return (writer, None) if layout == current_version("scinol.Event") else (
+        writer, _reading_schema(load_schema("scinol.Event")))
 
 
 def _label_kind(loss: str) -> int:
@@ -151,13 +143,11 @@ class EventDecoder:
             return
         from fastavro.schema import to_parsing_canonical_form as canonical
 
-        current = self.codec._readers["scinol.Event"][0]
-        layouts = {canonical(load_schema("scinol.Event", 1)): LAYOUT_V1,
-                   canonical(load_schema("scinol.Event", 2)): LAYOUT_V2}
+        layouts = {canonical(load_schema("scinol.Event", v)): v for v in (LAYOUT_V1, LAYOUT_V2)}
         sids, kinds = [], []
         for sid, (name, _, writer, _) in table.items():
             if name == "scinol.Event" and writer is not None:
-                kind = LAYOUT_V2 if writer is current else layouts.get(canonical(writer))
+                kind = layouts.get(canonical(writer))
                 if kind:
                     sids.append(sid)
                     kinds.append(kind)
