@@ -89,6 +89,20 @@ class EventColumns:
     def ok(self) -> np.ndarray:
         return self.reason == 0
 
+    def fields(self) -> tuple[list, list, list, list, list]:
+        """(ids, timestamps, models, labels, weights) as Python values, one
+        per message (None where null), made once per batch: what
+        :class:`ColumnarEvent` hands out field by field."""
+        py = self.__dict__.get("_fields")
+        if py is None:
+            raw = self.buf.tobytes()
+            ids = [raw[a:b].decode() for a, b in zip(self.id_start.tolist(), self.id_end.tolist())]
+            models = [self.models[c] if c >= 0 else None for c in self.model_code.tolist()]
+            labels = [v if h else None for v, h in zip(self.label.tolist(), self.has_label.tolist())]
+            weights = [v if h else None for v, h in zip(self.weight.tolist(), self.has_weight.tolist())]
+            py = self._fields = (ids, self.timestamp.tolist(), models, labels, weights)
+        return py
+
     def event_id(self, i: int) -> str:
         return self.buf[self.id_start[i]:self.id_end[i]].tobytes().decode()
 
@@ -284,6 +298,7 @@ def encode_predictions(codec: Codec, topic: str | None, *, buf: np.ndarray, id_s
 # ---------------------------------------------------------------- events for the record-based steps
 
 _EVENT_KEYS = ("id", "timestamp", "model", "features", "label", "weight")
+_FIELD_INDEX = {"id": 0, "timestamp": 1, "model": 2, "label": 3, "weight": 4}  # in EventColumns.fields()
 
 
 class ColumnarEvent(Mapping):
@@ -299,20 +314,16 @@ class ColumnarEvent(Mapping):
         self.cols, self.i = cols, i
 
     def __getitem__(self, key):
-        cols, i = self.cols, self.i
-        if key == "id":
-            return cols.event_id(i)
-        if key == "timestamp":
-            return int(cols.timestamp[i])
-        if key == "model":
-            return cols.models[cols.model_code[i]]
-        if key == "label":
-            return float(cols.label[i]) if cols.has_label[i] else None
-        if key == "weight":
-            return float(cols.weight[i]) if cols.has_weight[i] else None
+        k = _FIELD_INDEX.get(key)
+        if k is not None:
+            return self.cols.fields()[k][self.i]
         if key == "features":
-            return cols.record(i)["features"]
+            return self.cols.record(self.i)["features"]
         raise KeyError(key)
+
+    def get(self, key, default=None):
+        k = _FIELD_INDEX.get(key)  # the common case without Mapping.get's exception handling
+        return self.cols.fields()[k][self.i] if k is not None else Mapping.get(self, key, default)
 
     def __iter__(self):
         return iter(_EVENT_KEYS)
