@@ -67,6 +67,9 @@ class RunConfig:
     max_index: int = DEFAULT_MAX_INDEX
     """Sparse indices and dense lengths at or above this are dead letters (pipelines.records.dead_letters)."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    columnar_decode: bool = True
+    """Exact mode decodes each batch of messages in one compiled call (pipelines.records.columnar);
+    False: one codec call per message (the same results, slower; kept to measure against)."""
     stop_after: int | None = None
     progress_seconds: float | None = 5.0
     beam_args: list = field(default_factory=list)

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipelines.config import RunConfig
+from pipelines.records.columnar import ColumnarEvent, EventDecoder
 from pipelines.records.dead_letters import dead_letter, dead_letter_message, screen, screen_label
 from schemas.codec import Codec
 from schemas.reasons import TOO_MANY_MODELS
@@ -55,11 +57,17 @@ class DecodeEvents(beam.DoFn):
 
     DEAD = "dead"
 
-    def __init__(self, cfg: RunConfig):
+    def __init__(self, cfg: RunConfig, columnar: bool = False):
         self.cfg = cfg
+        self.columnar = columnar
+        """Decode each batch in one compiled call (:mod:`pipelines.records.columnar`):
+        the events are then :class:`ColumnarEvent` rows of the batch's arrays."""
 
     def setup(self):
         self.codec = self.cfg.codec()
+        learner = self.cfg.learner
+        self.decoder = EventDecoder(self.codec, learner.loss, learner.n_classes, hash_bits=learner.hash_bits,
+                                    max_index=self.cfg.max_index, max_message_bytes=self.cfg.max_message_bytes)
         self.events = Metrics.counter(NAMESPACE, "events")
         self.dead = Metrics.counter(NAMESPACE, "dead_letters")
         ratio = self.cfg.max_dead_letter_ratio
@@ -81,6 +89,9 @@ class DecodeEvents(beam.DoFn):
         if batch and batch[0].topic == self.cfg.labels_topic:
             yield from self._labels(batch)
             return
+        if self.columnar:
+            yield from self._columnar(batch)
+            return
         by_model: dict[str, EventBatch] = {}
         start = batch[0].offset if batch else 0
         for msg in batch:
@@ -99,6 +110,46 @@ class DecodeEvents(beam.DoFn):
             self.guard.count(len(batch), len(batch) - sum(len(v) for v in by_model.values()))
         yield from by_model.items()
 
+    def _columnar(self, batch):
+        """As :meth:`process`, with the batch decoded and checked as arrays."""
+        cols = self.decoder.decode([msg.value for msg in batch])
+        dead = dict(cols.dead)
+        if self.cfg.max_models is not None:
+            dead.update(self._too_many_models(cols))
+        for i in sorted(dead):
+            reason, detail = dead[i]
+            self.dead.inc()
+            Metrics.counter(NAMESPACE, f"dead_letters_{reason}").inc()
+            yield beam.pvalue.TaggedOutput(self.DEAD, dead_letter(batch[i], reason, detail))
+        start = batch[0].offset if batch else 0
+        parts: dict[int, EventBatch] = {}
+        for i, (msg, code) in enumerate(zip(batch, cols.model_code.tolist())):
+            if i not in dead:
+                items = parts.get(code)
+                if items is None:
+                    items = parts[code] = EventBatch(start=start)
+                items.append((Position(msg.topic, msg.partition, msg.offset, msg.key), ColumnarEvent(cols, i)))
+        self.events.inc(len(batch))
+        if self.guard is not None:
+            self.guard.count(len(batch), len(dead))
+        yield from ((cols.models[code], items) for code, items in parts.items())
+
+    def _too_many_models(self, cols) -> dict[int, tuple[str, str]]:
+        """The valid events of models beyond ``--max-models``: each model is
+        judged where it first appears, as :meth:`_screen` judges them in order."""
+        valid = np.flatnonzero(cols.ok)
+        codes, first = np.unique(cols.model_code[valid], return_index=True)
+        refused = {}
+        for c in codes[np.argsort(first)].tolist():
+            name = cols.models[c]
+            if name in self.models:
+                continue
+            if len(self.models) < self.cfg.max_models:
+                self.models.add(name)
+                continue
+            refused[c] = (TOO_MANY_MODELS, f"model {name[:200]!r} would be model number {len(self.models) + 1} "
+                                           f"of this worker; --max-models is {self.cfg.max_models}")
+        return {i: refused[c] for i, c in zip(valid.tolist(), cols.model_code[valid].tolist()) if c in refused}
 
     def _labels(self, batch):
         cfg = self.cfg

@@ -41,7 +41,8 @@ def _read(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint):
 
 
 def build_exact(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint) -> None:
-    decoded = _read(p, cfg, point) | "Decode" >> beam.ParDo(DecodeEvents(cfg)).with_output_types(
+    decode = DecodeEvents(cfg, columnar=cfg.columnar_decode)
+    decoded = _read(p, cfg, point) | "Decode" >> beam.ParDo(decode).with_output_types(
         Keyed).with_outputs(DecodeEvents.DEAD, main="events")
     learned = decoded.events | "LearnAndPredict" >> beam.ParDo(LearnModels(cfg)).with_input_types(
         Keyed).with_outputs(LearnModels.CHECKPOINTS, main="predictions")

@@ -1,0 +1,556 @@
+"""Compiled Avro reading and writing for the project's own records, used by
+:mod:`pipelines.records.columnar`: a whole batch of Confluent-framed
+``scinol.Event`` messages read into arrays in one call, and a batch of
+``scinol.Prediction`` records written into one buffer in one call.
+
+The reader is deliberately narrow. It accepts a message only when it is
+sure :meth:`schemas.codec.Codec.decode` followed by
+:func:`pipelines.records.validation.validate_event` would accept it and
+produce the same values; anything else (a short or wrong header, an id it
+has no layout for, a truncated or over-long body, a union index out of
+range, a negative block count, a varint longer than 64 bits, invalid UTF-8,
+a value the checks would reject) gets status :data:`FALLBACK`, and the
+caller sends that message through the per-event path, which decides the
+outcome and the dead-letter text. The reader never has to reproduce an
+error message, only to recognise the well-formed common case.
+
+Avro binary encoding: Apache Avro 1.11 specification, "Binary Encoding"
+(zig-zag varints, length-prefixed strings, blocked arrays and maps,
+unions as a branch index then the value).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from learners.murmur import murmur3_bytes
+
+FALLBACK = 1
+"""Per-message status of :func:`decode_events`: at least this for a
+message the compiled reader did not take."""
+LAYOUT_V1, LAYOUT_V2 = 1, 2
+"""Event writer layouts, numbered as the schema versions: version 1 (no
+weight), version 2 (weight last). The columns are those of version 2, the
+current one; a version 3 needs its layout here before the compiled reader
+may take it (until then its messages go the per-event way)."""
+LABELS_FINITE, LABELS_BINARY, LABELS_SOFTMAX = 0, 1, 2
+"""Which labels the loss surely accepts (the fast check of validate_event)."""
+
+
+@njit(cache=True, inline="always")
+def read_long(buf, pos, end):
+    """(value, next position) of the zig-zag varint at pos; next position -1
+    when it runs past ``end`` or does not fit 64 bits."""
+    result = np.uint64(0)
+    shift = 0
+    while True:
+        if pos >= end:
+            return np.int64(0), -1
+        b = buf[pos]
+        pos += 1
+        if shift == 63 and b > 1:
+            return np.int64(0), -1
+        result |= np.uint64(b & 0x7F) << np.uint64(shift)
+        if b < 0x80:
+            break
+        shift += 7
+    value = np.int64(result >> np.uint64(1)) ^ -np.int64(result & np.uint64(1))
+    return value, pos
+
+
+@njit(cache=True, inline="always")
+def _cont(buf, i, end, lo, hi):
+    return i < end and lo <= buf[i] <= hi
+
+
+@njit(cache=True)
+def utf8_ok(buf, start, end):
+    """Whether buf[start:end] is UTF-8 that Python's strict decoder accepts
+    (no overlong forms, no surrogates, nothing above U+10FFFF)."""
+    i = start
+    while i < end:
+        c = buf[i]
+        if c < 0x80:
+            i += 1
+            continue
+        if 0xC2 <= c <= 0xDF:
+            if not _cont(buf, i + 1, end, 0x80, 0xBF):
+                return False
+            i += 2
+        elif 0xE0 <= c <= 0xEF:
+            lo, hi = (0xA0, 0xBF) if c == 0xE0 else ((0x80, 0x9F) if c == 0xED else (0x80, 0xBF))
+            if not (_cont(buf, i + 1, end, lo, hi) and _cont(buf, i + 2, end, 0x80, 0xBF)):
+                return False
+            i += 3
+        elif 0xF0 <= c <= 0xF4:
+            lo, hi = (0x90, 0xBF) if c == 0xF0 else ((0x80, 0x8F) if c == 0xF4 else (0x80, 0xBF))
+            if not (_cont(buf, i + 1, end, lo, hi) and _cont(buf, i + 2, end, 0x80, 0xBF)
+                    and _cont(buf, i + 3, end, 0x80, 0xBF)):
+                return False
+            i += 4
+        else:
+            return False
+    return True
+
+
+@njit(cache=True, inline="always")
+def read_string(buf, pos, end):
+    """(start, end, next position) of the string at pos; next -1 when bad."""
+    n, pos = read_long(buf, pos, end)
+    if pos < 0 or n < 0 or n > end - pos or not utf8_ok(buf, pos, pos + n):
+        return 0, 0, -1
+    return pos, pos + n, pos + n
+
+
+@njit(cache=True, inline="always")
+def read_double(buf, pos):
+    return buf[pos:pos + 8].view(np.float64)[0]
+
+
+@njit(cache=True, inline="always")
+def read_doubles(buf, pos, end, values, out):
+    """The double array at pos into values[out:]; (count, next position),
+    next -1 when bad. Each double takes 8 bytes, so the count is bounded by
+    the bytes left before anything is written."""
+    count = 0
+    while True:
+        k, pos = read_long(buf, pos, end)
+        if pos < 0 or k < 0:
+            return 0, -1
+        if k == 0:
+            return count, pos
+        if k > (end - pos) // 8:
+            return 0, -1
+        values[out + count:out + count + k] = buf[pos:pos + 8 * k].view(np.float64)
+        pos += 8 * k
+        count += k
+
+
+@njit(cache=True, inline="always")
+def read_longs(buf, pos, end, indices, out):
+    """The long array at pos into indices[out:]; (count, next position).
+    Only arrays followed by as many doubles can be valid, so more entries
+    than (bytes left) / 9 is a fallback (and bounds what is written)."""
+    count = 0
+    while True:
+        k, pos = read_long(buf, pos, end)
+        if pos < 0 or k < 0:
+            return 0, -1
+        if k == 0:
+            return count, pos
+        if count + k > (end - pos) // 9:
+            return 0, -1
+        for j in range(k):
+            v, pos = read_long(buf, pos, end)
+            if pos < 0:
+                return 0, -1
+            indices[out + count + j] = v
+        count += k
+
+
+@njit(cache=True)
+def _sparse_ok(indices, values, lo, n, max_index):
+    """The sparse checks of validate_event: no negative, too large or
+    repeated index, every value finite."""
+    increasing = True
+    for p in range(lo, lo + n):
+        i = indices[p]
+        if i < 0 or i >= max_index or not np.isfinite(values[p]):
+            return False
+        if p > lo and i <= indices[p - 1]:
+            increasing = False
+    if increasing or n < 2:
+        return True
+    s = np.sort(indices[lo:lo + n])
+    for p in range(1, n):
+        if s[p] == s[p - 1]:
+            return False
+    return True
+
+
+@njit(cache=True, inline="always")
+def _same_bytes(buf, a, a_end, b, b_end):
+    if a_end - a != b_end - b:
+        return False
+    for k in range(a_end - a):
+        if buf[a + k] != buf[b + k]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _table_mask(bound):
+    size = 2
+    while size < 2 * bound:
+        size <<= 1
+    return size - 1
+
+
+@njit(cache=True)
+def _read_names(buf, pos, end, seed, scratch, stamp):
+    """The map of name -> double at pos as distinct names in first-seen order
+    with the last value given (what decoding into a Python dict keeps):
+    (count, next position), next -1 when bad or a value is not finite.
+    ``scratch`` = (starts, ends, hashes, values, slots, stamps)."""
+    starts, ends, hashes, vals, slots, stamps = scratch
+    mask = _table_mask((end - pos) // 9 + 1)
+    count = 0
+    while True:
+        k, pos = read_long(buf, pos, end)
+        if pos < 0 or k < 0:
+            return 0, -1
+        if k == 0:
+            return count, pos
+        if k > (end - pos) // 9:  # a name takes at least 1 byte, its value 8
+            return 0, -1
+        for _ in range(k):
+            s, e, pos = read_string(buf, pos, end)
+            if pos < 0 or end - pos < 8:
+                return 0, -1
+            v = read_double(buf, pos)
+            pos += 8
+            if not np.isfinite(v):
+                return 0, -1
+            h = np.int64(murmur3_bytes(buf, s, e, seed))
+            slot = h & mask
+            while True:
+                if stamps[slot] != stamp:
+                    stamps[slot], slots[slot] = stamp, count
+                    starts[count], ends[count], hashes[count], vals[count] = s, e, h, v
+                    count += 1
+                    break
+                q = slots[slot]
+                if hashes[q] == h and _same_bytes(buf, s, e, starts[q], ends[q]):
+                    vals[q] = v
+                    break
+                slot = (slot + 1) & mask
+
+
+@njit(cache=True)
+def _hash_names(count, bits, scratch, coord_slots, coord_stamps, stamp, indices, values, out):
+    """FeatureHasher.transform_one over the distinct names: index = the low
+    ``bits`` bits of the hash, value times -1 when bit 31 is set, colliding
+    names added up (0.0 + first, as ``dict.get(index, 0.0) + value``), in
+    first-seen order. Returns the number of coordinates written at ``out``."""
+    _, _, hashes, vals, _, _ = scratch
+    mask = _table_mask(count)
+    low = (np.int64(1) << bits) - 1
+    n = 0
+    for q in range(count):
+        h = hashes[q]
+        index = h & low
+        value = -1.0 * vals[q] if h >> 31 else vals[q]
+        slot = index & mask
+        while True:
+            if coord_stamps[slot] != stamp:
+                coord_stamps[slot], coord_slots[slot] = stamp, n
+                indices[out + n], values[out + n] = index, 0.0 + value
+                n += 1
+                break
+            p = coord_slots[slot]
+            if indices[out + p] == index:
+                values[out + p] += value
+                break
+            slot = (slot + 1) & mask
+    return n
+
+
+@njit(cache=True)
+def _read_features(buf, pos, end, params, indices, values, out, scratch, coord_slots, coord_stamps, stamp):
+    """(entries written at ``out``, next position) for the features union
+    at pos, or next -1 when bad or rejected by the feature checks."""
+    bits, seed, max_features, max_index = params
+    branch, pos = read_long(buf, pos, end)
+    if pos < 0:
+        return 0, -1
+    if branch == 0:  # DenseFeatures
+        n, pos = read_doubles(buf, pos, end, values, out)
+        if pos < 0 or n > max_features or n > max_index:
+            return 0, -1
+        for j in range(n):
+            if not np.isfinite(values[out + j]):
+                return 0, -1
+            indices[out + j] = j
+        return n, pos
+    if branch == 1:  # SparseFeatures
+        m, pos = read_longs(buf, pos, end, indices, out)
+        if pos < 0:
+            return 0, -1
+        n, pos = read_doubles(buf, pos, end, values, out)
+        if pos < 0 or n != m or n > max_features or not _sparse_ok(indices, values, out, n, max_index):
+            return 0, -1
+        return n, pos
+    if branch == 2:  # NamedFeatures
+        count, pos = _read_names(buf, pos, end, seed, scratch, stamp)
+        if pos < 0 or count > max_features:
+            return 0, -1
+        return _hash_names(count, bits, scratch, coord_slots, coord_stamps, stamp, indices, values, out), pos
+    return 0, -1
+
+
+@njit(cache=True, inline="always")
+def _optional_double(buf, pos, end):
+    """(value, present, next position) of a ["null", "double"] union."""
+    branch, pos = read_long(buf, pos, end)
+    if pos < 0 or branch < 0 or branch > 1:
+        return np.nan, False, -1
+    if branch == 0:
+        return np.nan, False, pos
+    if end - pos < 8:
+        return np.nan, False, -1
+    return read_double(buf, pos), True, pos + 8
+
+
+@njit(cache=True, inline="always")
+def label_ok(y, label_kind, n_classes):
+    """validate_event's fast label check; NaN means unlabelled."""
+    if y != y:
+        return True
+    if label_kind == LABELS_BINARY:
+        return y == 1.0 or y == -1.0 or y == 0.0
+    if label_kind == LABELS_SOFTMAX:
+        return 0.0 <= y < n_classes and y == np.floor(y)
+    return np.isfinite(y)
+
+
+@njit(cache=True)
+def _read_event(buf, pos, end, layout, params, labels, cols, i, indices, values, out, scratch, coords):
+    """Reads the Event body at pos into row i of ``cols``; the number of
+    feature entries written at ``out``, or -1 (a fallback)."""
+    label_kind, n_classes = labels
+    ts, id_s, id_e, model_s, model_e, label, has_label, weight, has_weight = cols
+    s, e, pos = read_string(buf, pos, end)
+    if pos < 0:
+        return -1
+    t, pos = read_long(buf, pos, end)
+    if pos < 0:
+        return -1
+    ms, me, pos = read_string(buf, pos, end)
+    if pos < 0:
+        return -1
+    nnz, pos = _read_features(buf, pos, end, params, indices, values, out, scratch, coords[0], coords[1], i + 1)
+    if pos < 0:
+        return -1
+    y, has_y, pos = _optional_double(buf, pos, end)
+    if pos < 0 or not label_ok(y, label_kind, n_classes):
+        return -1
+    w, has_w = np.nan, False
+    if layout == LAYOUT_V2:
+        w, has_w, pos = _optional_double(buf, pos, end)
+        if pos < 0 or (has_w and not (np.isfinite(w) and w > 0.0)):
+            return -1
+    if pos != end:
+        return -1
+    ts[i], id_s[i], id_e[i], model_s[i], model_e[i] = t, s, e, ms, me
+    label[i], has_label[i], weight[i], has_weight[i] = y, has_y, w, has_w
+    return nnz
+
+
+@njit(cache=True)
+def _layout(buf, start, end, sids, layouts, max_message_bytes):
+    """The layout of the message's writer schema, 0 when the header is bad,
+    the id has no compiled layout or the message is too large."""
+    if end - start < 5 or end - start > max_message_bytes or buf[start] != 0:
+        return 0
+    sid = (np.int64(buf[start + 1]) << 24) | (np.int64(buf[start + 2]) << 16) | (np.int64(buf[start + 3]) << 8) \
+        | np.int64(buf[start + 4])
+    for k in range(sids.shape[0]):
+        if sids[k] == sid:
+            return layouts[k]
+    return 0
+
+
+@njit(cache=True)
+def _model_code(buf, model_s, model_e, i, firsts, n_models, last):
+    """The code of message i's model among the models seen in this batch
+    (``firsts``: the first message of each); a new model gets the next code."""
+    if last >= 0 and _same_bytes(buf, model_s[i], model_e[i], model_s[firsts[last]], model_e[firsts[last]]):
+        return last, n_models
+    for c in range(n_models):
+        f = firsts[c]
+        if _same_bytes(buf, model_s[i], model_e[i], model_s[f], model_e[f]):
+            return c, n_models
+    firsts[n_models] = i
+    return n_models, n_models + 1
+
+
+@njit(cache=True)
+def decode_events(buf, starts, ends, sids, layouts, params, labels, max_message_bytes):
+    """Every message buf[starts[i]:ends[i]] read as a framed Event (see the
+    module doc). ``sids``/``layouts``: the writer schema ids with a compiled
+    layout; ``params`` = (hash bits, hash seed, max features, max index);
+    ``labels`` = (label kind, n_classes). Returns (status, cols, indptr,
+    indices, values, model_code, model_firsts); status is minus the layout
+    for a message read, positive (FALLBACK or more) for one to send through
+    the per-event path, whose row is empty. Output space is bounded by the input's size: an accepted
+    message holds at most one feature entry per 8 bytes."""
+    n = starts.shape[0]
+    total, biggest = 0, 0
+    for i in range(n):
+        total += ends[i] - starts[i]
+        biggest = max(biggest, ends[i] - starts[i])
+    indices = np.empty(total // 8 + 1, np.int64)
+    values = np.empty(total // 8 + 1, np.float64)
+    room = biggest // 9 + 2
+    scratch = (np.empty(room, np.int64), np.empty(room, np.int64), np.empty(room, np.int64),
+               np.empty(room, np.float64), np.empty(_table_mask(room) + 1, np.int64),
+               np.zeros(_table_mask(room) + 1, np.int64))
+    coords = (np.empty(_table_mask(room) + 1, np.int64), np.zeros(_table_mask(room) + 1, np.int64))
+    cols = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
+            np.zeros(n, np.int64), np.full(n, np.nan), np.zeros(n, np.bool_), np.full(n, np.nan),
+            np.zeros(n, np.bool_))
+    status = np.full(n, FALLBACK, np.int8)
+    indptr = np.zeros(n + 1, np.int64)
+    model_code = np.full(n, -1, np.int32)
+    firsts = np.empty(n, np.int64)
+    n_models, last, out = 0, -1, 0
+    for i in range(n):
+        layout = _layout(buf, starts[i], ends[i], sids, layouts, max_message_bytes)
+        status[i] = FALLBACK + layout  # unless read below
+        if layout:
+            nnz = _read_event(buf, starts[i] + 5, ends[i], layout, params, labels, cols, i, indices, values, out,
+                              scratch, coords)
+            if nnz >= 0:
+                status[i] = -layout
+                out += nnz
+                last, n_models = _model_code(buf, cols[3], cols[4], i, firsts, n_models, last)
+                model_code[i] = last
+        indptr[i + 1] = out
+    return status, cols, indptr, indices[:out], values[:out], model_code, firsts[:n_models]
+
+
+# ---------------------------------------------------------------- writing
+
+
+@njit(cache=True, inline="always")
+def _zigzag(v):
+    return (np.uint64(v) << np.uint64(1)) ^ np.uint64(v >> 63)
+
+
+@njit(cache=True, inline="always")
+def long_size(v):
+    z = _zigzag(v)
+    n = 1
+    while z >= 0x80:
+        z >>= np.uint64(7)
+        n += 1
+    return n
+
+
+@njit(cache=True, inline="always")
+def write_long(out, pos, v):
+    z = _zigzag(v)
+    while z >= 0x80:
+        out[pos] = np.uint8((z & np.uint64(0x7F)) | np.uint64(0x80))
+        z >>= np.uint64(7)
+        pos += 1
+    out[pos] = np.uint8(z)
+    return pos + 1
+
+
+@njit(cache=True, inline="always")
+def write_double(out, pos, v, cell):
+    """``cell``: a 1-element float64 array, to see v's 8 bytes through."""
+    cell[0] = v
+    out[pos:pos + 8] = cell.view(np.uint8)
+    return pos + 8
+
+
+@njit(cache=True, inline="always")
+def write_string(out, pos, sbuf, s, e):
+    pos = write_long(out, pos, e - s)
+    out[pos:pos + e - s] = sbuf[s:e]
+    return pos + e - s
+
+
+@njit(cache=True)
+def _prediction_size(i, header, strs, longs, flags, doubles):
+    id_s, id_e, model_s, model_e, topic_s, topic_e = strs
+    version, klass, ts, partition, offset = longs
+    has_prob, has_klass, has_label, has_partition, has_offset = flags
+    scores, prob, label, loss, latency = doubles
+    k = scores.shape[1]
+    size = header.shape[0] + long_size(id_e[i] - id_s[i]) + id_e[i] - id_s[i]
+    size += long_size(model_e[i] - model_s[i]) + model_e[i] - model_s[i] + long_size(version[i]) + 8
+    size += (long_size(k) + 8 * k + 1) if k else 1
+    size += 1 + 8 * has_prob[i] + 1 + (long_size(klass[i]) if has_klass[i] else 0) + 1 + 8 * has_label[i]
+    size += 1 + (8 if loss[i] == loss[i] else 0) + long_size(ts[i]) + 8
+    size += 1 + (long_size(topic_e[i] - topic_s[i]) + topic_e[i] - topic_s[i] if topic_s[i] >= 0 else 0)
+    size += 1 + (long_size(partition[i]) if has_partition[i] else 0)
+    size += 1 + (long_size(offset[i]) if has_offset[i] else 0)
+    return size
+
+
+@njit(cache=True)
+def _write_prediction(out, pos, i, header, sbuf, strs, longs, flags, doubles, cell):
+    id_s, id_e, model_s, model_e, topic_s, topic_e = strs
+    version, klass, ts, partition, offset = longs
+    has_prob, has_klass, has_label, has_partition, has_offset = flags
+    scores, prob, label, loss, latency = doubles
+    out[pos:pos + header.shape[0]] = header
+    pos = write_string(out, pos + header.shape[0], sbuf, id_s[i], id_e[i])
+    pos = write_string(out, pos, sbuf, model_s[i], model_e[i])
+    pos = write_double(out, write_long(out, pos, version[i]), scores[i, 0], cell)
+    k = scores.shape[1]
+    if k:
+        pos = write_long(out, pos, k)
+        for j in range(k):
+            pos = write_double(out, pos, scores[i, j], cell)
+    out[pos] = 0
+    pos += 1
+    pos = _union_double(out, pos, has_prob[i], prob[i], cell)
+    out[pos] = 2 if has_klass[i] else 0
+    pos = write_long(out, pos + 1, klass[i]) if has_klass[i] else pos + 1
+    pos = _union_double(out, pos, has_label[i], label[i], cell)
+    pos = _union_double(out, pos, loss[i] == loss[i], loss[i], cell)
+    pos = write_double(out, write_long(out, pos, ts[i]), latency[i], cell)
+    out[pos] = 2 if topic_s[i] >= 0 else 0
+    pos = write_string(out, pos + 1, sbuf, topic_s[i], topic_e[i]) if topic_s[i] >= 0 else pos + 1
+    out[pos] = 2 if has_partition[i] else 0
+    pos = write_long(out, pos + 1, partition[i]) if has_partition[i] else pos + 1
+    out[pos] = 2 if has_offset[i] else 0
+    return write_long(out, pos + 1, offset[i]) if has_offset[i] else pos + 1
+
+
+@njit(cache=True, inline="always")
+def _union_double(out, pos, present, v, cell):
+    """A ["null", "double"] union: branch 0 (null) or branch 1 then v."""
+    out[pos] = 2 if present else 0
+    return write_double(out, pos + 1, v, cell) if present else pos + 1
+
+
+@njit(cache=True)
+def encode_predictions(header, sbuf, strs, longs, flags, doubles):
+    """Framed ``scinol.Prediction`` (version 2 layout) records, row i of the
+    columns (``strs``: start/end in sbuf of the event id, model and source
+    topic, topic start -1 for null; ``longs``: model version, predicted
+    class, event timestamp, source partition and offset; ``flags``: which of
+    probability, class, label, partition, offset are present; ``doubles``:
+    scores (n, k), probability, label, loss (NaN = null), latency) written
+    back to back: (buffer, offsets), record i at buffer[offsets[i]:offsets[i + 1]]."""
+    n = strs[0].shape[0]
+    offsets = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        offsets[i + 1] = offsets[i] + _prediction_size(i, header, strs, longs, flags, doubles)
+    out = np.empty(offsets[n], np.uint8)
+    cell = np.empty(1, np.float64)
+    for i in range(n):
+        _write_prediction(out, offsets[i], i, header, sbuf, strs, longs, flags, doubles, cell)
+    return out, offsets
+
+
+@njit(cache=True)
+def gather_rows(indptr, indices, values, rows):
+    """The CSR rows ``rows`` of (indptr, indices, values), in that order."""
+    n = rows.shape[0]
+    out_ptr = np.zeros(n + 1, np.int64)
+    for k in range(n):
+        out_ptr[k + 1] = out_ptr[k] + indptr[rows[k] + 1] - indptr[rows[k]]
+    out_i = np.empty(out_ptr[n], np.int64)
+    out_v = np.empty(out_ptr[n], np.float64)
+    for k in range(n):
+        lo, hi = indptr[rows[k]], indptr[rows[k] + 1]
+        out_i[out_ptr[k]:out_ptr[k + 1]] = indices[lo:hi]
+        out_v[out_ptr[k]:out_ptr[k + 1]] = values[lo:hi]
+    return out_ptr, out_i, out_v

@@ -1,0 +1,351 @@
+"""Batches of Kafka messages as arrays: the columnar twin of
+:func:`pipelines.records.dead_letters.screen` (decode + validate) and
+:meth:`schemas.codec.Codec.encode` for predictions.
+
+:class:`EventDecoder` turns a list of Confluent-framed message values into
+one :class:`EventColumns` with one compiled call
+(:func:`pipelines.records.avro_kernels.decode_events`): features as CSR
+rows (dense values at 0..n-1, sparse indices as given, named features
+hashed exactly as :class:`learners.hashing.FeatureHasher` does), labels with
+a has-label mask, weights, timestamps, ids and model names as offsets into
+the joined input bytes, and per message a reason code (0 = a valid event).
+The compiled reader covers every ``scinol.Event`` writer schema it knows a
+layout for (catalog versions 1 and 2, and registry ids whose schema is one
+of them); a message it does not take (another schema id, anything
+malformed, anything the event checks reject) goes through ``screen`` on its
+own, so results, dead-letter reasons and texts are those of the per-event
+path by construction.
+
+:func:`encode_predictions` writes a batch of ``scinol.Prediction`` records
+given as arrays into one buffer with offsets, byte for byte what the codec
+writes for the same records.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+from fastavro import schemaless_reader
+
+from learners.losses import BINARY_LOSSES, loss_code
+from pipelines.records.avro_kernels import (FALLBACK, LABELS_BINARY, LABELS_FINITE, LABELS_SOFTMAX, LAYOUT_V1,
+                                            LAYOUT_V2, decode_events, gather_rows)
+from pipelines.records.avro_kernels import encode_predictions as _encode
+from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES, screen
+from pipelines.records.events import event_rows
+from pipelines.records.validation import MAX_FEATURES
+from schemas.catalog import current_version, load_schema
+from schemas.codec import Codec, _reading_schema
+from schemas.reasons import REASONS
+
+REASON_CODES = {reason: k + 1 for k, reason in enumerate(REASONS)}
+"""Reason -> code in :attr:`EventColumns.reason`; 0 is a valid event."""
+
+
+@dataclass
+class EventColumns:
+    """One decoded batch, aligned with the input messages. Row i of the CSR
+    arrays holds message i's features (empty for a dead letter); ``label``
+    is NaN where there is none (``has_label`` False) and where it is NaN;
+    ``weight`` NaN where null. ``buf[id_start[i]:id_end[i]]`` is the UTF-8
+    id; ``models[model_code[i]]`` the model (-1 for a dead letter).
+    ``dead``: message index -> (reason, detail) as ``screen`` gives them."""
+
+    buf: np.ndarray
+    id_start: np.ndarray
+    id_end: np.ndarray
+    timestamp: np.ndarray
+    model_code: np.ndarray
+    models: list[str]
+    label: np.ndarray
+    has_label: np.ndarray
+    weight: np.ndarray
+    has_weight: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray
+    reason: np.ndarray
+    msg_start: np.ndarray | None = None
+    msg_end: np.ndarray | None = None
+    """Message i's value is ``buf[msg_start[i]:msg_end[i]]``."""
+    layout: np.ndarray | None = None
+    """Writer layout of the messages the compiled reader took (1, 2), 0 otherwise."""
+    records: dict[int, dict] = field(default_factory=dict)
+    """The decoded records of valid messages the compiled reader did not take."""
+    hashing: tuple[int, int] = (18, 0)
+    """(bits, seed) of the FeatureHasher named features were hashed with."""
+    dead: dict[int, tuple[str, str]] = field(default_factory=dict)
+    fallbacks: int = 0
+    """How many messages went through the per-event path."""
+
+    def __len__(self) -> int:
+        return self.reason.shape[0]
+
+    @property
+    def ok(self) -> np.ndarray:
+        return self.reason == 0
+
+    def fields(self) -> tuple[list, list, list, list, list]:
+        """(ids, timestamps, models, labels, weights) as Python values, one
+        per message (None where null), made once per batch: what
+        :class:`ColumnarEvent` hands out field by field."""
+        py = self.__dict__.get("_fields")
+        if py is None:
+            raw = self.buf.tobytes()
+            ids = [raw[a:b].decode() for a, b in zip(self.id_start.tolist(), self.id_end.tolist())]
+            models = [self.models[c] if c >= 0 else None for c in self.model_code.tolist()]
+            labels = [v if h else None for v, h in zip(self.label.tolist(), self.has_label.tolist())]
+            weights = [v if h else None for v, h in zip(self.weight.tolist(), self.has_weight.tolist())]
+            py = self._fields = (ids, self.timestamp.tolist(), models, labels, weights)
+        return py
+
+    def event_id(self, i: int) -> str:
+        return self.buf[self.id_start[i]:self.id_end[i]].tobytes().decode()
+
+    def record(self, i: int) -> dict:
+        """Valid message i as the codec decodes it (named features by name)."""
+        if i in self.records:
+            return self.records[i]
+        writer, reader = _readers(int(self.layout[i]))
+        fo = io.BytesIO(self.buf[self.msg_start[i] + 5:self.msg_end[i]].tobytes())
+        return schemaless_reader(fo, writer, reader)
+
+
+@lru_cache(maxsize=None)
+def _readers(layout: int) -> tuple:
+    """(writer, reader) fastavro schemas of an Event layout, as the codec reads them."""
+    writer = _reading_schema(load_schema("scinol.Event", layout))  # layout n is the layout of version n
+    return (writer, None) if layout == current_version("scinol.Event") else (
+        writer, _reading_schema(load_schema("scinol.Event")))
+
+
+def _label_kind(loss: str) -> int:
+    if loss in BINARY_LOSSES:
+        return LABELS_BINARY
+    return LABELS_SOFTMAX if loss == "softmax" else LABELS_FINITE
+
+
+class EventDecoder:
+    """Screens batches of message values like ``screen(codec, value, loss,
+    n_classes, max_index=..., max_message_bytes=...)`` does one by one, with
+    named features hashed by ``FeatureHasher(hash_bits, hash_seed)``."""
+
+    def __init__(self, codec: Codec, loss: str, n_classes: int | None = None, *, hash_bits: int = 18,
+                 hash_seed: int = 0, max_index: int = DEFAULT_MAX_INDEX, max_features: int = MAX_FEATURES,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+        from learners.hashing import FeatureHasher
+
+        loss_code(loss)  # ValueError for an unknown loss
+        self.codec, self.loss, self.n_classes = codec, loss, n_classes
+        self.hasher = FeatureHasher(hash_bits, hash_seed)
+        self.max_index, self.max_features, self.max_message_bytes = max_index, max_features, max_message_bytes
+        self.params = (np.int64(hash_bits), np.int64(hash_seed), np.int64(max_features),
+                       np.int64(min(max_index, 1 << 62)))
+        self.labels = (np.int64(_label_kind(loss)), np.float64(n_classes or 1))
+        self._known = -1
+        self._refresh_layouts()
+
+    def _refresh_layouts(self) -> None:
+        """The writer schema ids the compiled reader takes: every id the
+        codec reads as an Event whose writer schema is a catalog version."""
+        table = dict(self.codec._by_id)
+        if len(table) == self._known:
+            return
+        from fastavro.schema import to_parsing_canonical_form as canonical
+
+        layouts = {canonical(load_schema("scinol.Event", v)): v for v in (LAYOUT_V1, LAYOUT_V2)}
+        sids, kinds = [], []
+        for sid, (name, _, writer, _) in table.items():
+            if name == "scinol.Event" and writer is not None:
+                kind = layouts.get(canonical(writer))
+                if kind:
+                    sids.append(sid)
+                    kinds.append(kind)
+        self.sids, self.layouts = np.array(sids, np.int64), np.array(kinds, np.int8)
+        self._known = len(table)
+
+    def decode(self, values) -> EventColumns:
+        """The batch ``values`` (bytes, or None for a tombstone) as columns."""
+        values = values if isinstance(values, list) else list(values)
+        try:
+            lengths = np.fromiter(map(len, values), np.int64, len(values))
+            buf = np.frombuffer(b"".join(values), np.uint8)
+        except TypeError:  # a None or non-bytes value: left to the per-message path
+            lengths = np.array([len(v) if isinstance(v, (bytes, bytearray, memoryview)) else 0 for v in values],
+                               np.int64)
+            buf = np.frombuffer(b"".join(v if isinstance(v, (bytes, bytearray, memoryview)) else b""
+                                         for v in values), np.uint8)
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        status, cols, indptr, indices, data, code, firsts = decode_events(
+            buf, starts, ends, self.sids, self.layouts, self.params, self.labels, self.max_message_bytes)
+        ts, id_s, id_e, model_s, model_e, label, has_label, weight, has_weight = cols
+        models = [buf[model_s[f]:model_e[f]].tobytes().decode() for f in firsts]
+        out = EventColumns(buf, id_s, id_e, ts, code, models, label, has_label, weight, has_weight, indptr, indices,
+                           data, np.zeros(len(values), np.int8), msg_start=starts, msg_end=ends,
+                           layout=np.maximum(-status, 0), hashing=(self.hasher.bits, self.hasher.seed))
+        slow = np.flatnonzero(status >= FALLBACK)
+        if slow.size:
+            out.fallbacks = int(slow.size)
+            self._fallback(out, values, slow)
+        return out
+
+    def _fallback(self, out: EventColumns, values: list, slow: np.ndarray) -> None:
+        """The messages the compiled reader did not take, one by one through
+        the per-event path; valid ones are spliced into the columns."""
+        extra, rows = bytearray(), {}
+        models = {m: c for c, m in enumerate(out.models)}
+        for i in slow.tolist():
+            event, problem = screen(self.codec, values[i], self.loss, self.n_classes, max_index=self.max_index,
+                                    max_message_bytes=self.max_message_bytes)
+            if problem is not None:
+                out.reason[i] = REASON_CODES[problem[0]]
+                out.dead[i] = problem
+                continue
+            name = event["id"].encode()
+            out.id_start[i] = out.buf.shape[0] + len(extra)
+            extra += name
+            out.id_end[i] = out.id_start[i] + len(name)
+            out.model_code[i] = models.setdefault(event["model"], len(models))
+            out.timestamp[i] = event["timestamp"]
+            label, weight = event.get("label"), event.get("weight")
+            out.has_label[i], out.label[i] = label is not None, np.nan if label is None else label
+            out.has_weight[i], out.weight[i] = weight is not None, np.nan if weight is None else weight
+            out.records[i] = event
+            indptr, indices, data, _ = event_rows([event], self.hasher)
+            rows[i] = (indices, data)
+        out.models = list(models)
+        self._refresh_layouts()  # a registry may have taught the codec new ids
+        if extra:
+            out.buf = np.concatenate([out.buf, np.frombuffer(bytes(extra), np.uint8)])
+        if rows:
+            _splice(out, rows)
+
+
+def _splice(out: EventColumns, rows: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
+    """Rows of the per-event path put into the (empty) rows they belong to."""
+    ptr, counts = out.indptr, np.diff(out.indptr)
+    pieces_i, pieces_v, prev = [], [], 0
+    for i in sorted(rows):
+        pieces_i += [out.indices[ptr[prev]:ptr[i]], rows[i][0]]
+        pieces_v += [out.values[ptr[prev]:ptr[i]], rows[i][1]]
+        counts[i] = rows[i][0].shape[0]
+        prev = i + 1
+    pieces_i.append(out.indices[ptr[prev]:])
+    pieces_v.append(out.values[ptr[prev]:])
+    out.indices, out.values = np.concatenate(pieces_i), np.concatenate(pieces_v)
+    out.indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+
+# ---------------------------------------------------------------- predictions
+
+
+def _flag(values, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(values, present) for an optional column: None means absent in every row."""
+    if values is None:
+        return np.zeros(n), np.zeros(n, np.bool_)
+    return values, np.ones(n, np.bool_)
+
+
+def encode_predictions(codec: Codec, topic: str | None, *, buf: np.ndarray, id_start: np.ndarray,
+                       id_end: np.ndarray, model: str, model_version: np.ndarray, scores: np.ndarray,
+                       label: np.ndarray, has_label: np.ndarray, loss: np.ndarray, event_timestamp: np.ndarray,
+                       latency_ms: np.ndarray, probability: np.ndarray | None = None,
+                       predicted_class: np.ndarray | None = None, source_topic: str | None = None,
+                       source_partition: np.ndarray | None = None,
+                       source_offset: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The ``scinol.Prediction`` records of one model's batch, framed as
+    ``codec.encode("scinol.Prediction", record, topic)`` frames them:
+    (buffer, offsets), record i at buffer[offsets[i]:offsets[i + 1]].
+    Event ids are ``buf[id_start[i]:id_end[i]]`` (UTF-8, as in
+    :class:`EventColumns`); ``loss`` NaN is null (unlabelled); a label is
+    written where ``has_label`` (NaN included); optional columns given as
+    None are null in every row, ``source_topic`` is one topic for the batch.
+    Raises :class:`schemas.codec.EncodeError` for a partition outside int."""
+    from schemas.codec import EncodeError
+
+    header, _, prepare = codec._writer("scinol.Prediction", topic)
+    if prepare is not None:  # the registry's writer is an older version: the compiled layout does not apply
+        raise EncodeError(f"the registered scinol.Prediction schema for {topic!r} is not the current version")
+    n = len(id_start)
+    names = (model.encode(), b"" if source_topic is None else source_topic.encode())
+    sbuf = np.concatenate([np.asarray(buf, np.uint8), np.frombuffer(names[0] + names[1], np.uint8)])
+    at = np.int64(len(buf))
+    model_s = np.full(n, at, np.int64)
+    topic_s = np.full(n, at + len(names[0]) if source_topic is not None else -1, np.int64)
+    prob, has_prob = _flag(probability, n)
+    klass, has_klass = _flag(predicted_class, n)
+    partition, has_partition = _flag(source_partition, n)
+    offset, has_offset = _flag(source_offset, n)
+    partition = np.asarray(partition, np.int64)
+    if has_partition.any() and ((partition < -(1 << 31)) | (partition >= 1 << 31)).any():
+        raise EncodeError("cannot encode scinol.Prediction: source_partition outside the Avro int range")
+    strs = (np.asarray(id_start, np.int64), np.asarray(id_end, np.int64), model_s, model_s + len(names[0]),
+            topic_s, topic_s + len(names[1]))
+    longs = tuple(np.asarray(a, np.int64) for a in (model_version, klass, event_timestamp, partition, offset))
+    flags = (has_prob, has_klass, np.asarray(has_label, np.bool_), has_partition, has_offset)
+    scores = np.ascontiguousarray(scores, np.float64).reshape(n, -1)
+    if scores.shape[1] == 0:
+        raise ValueError("a prediction needs at least one score")
+    doubles = (scores,) + tuple(np.ascontiguousarray(a, np.float64) for a in (prob, label, loss, latency_ms))
+    return _encode(np.frombuffer(header, np.uint8), sbuf, strs, longs, flags, doubles)
+
+
+# ---------------------------------------------------------------- events for the record-based steps
+
+_EVENT_KEYS = ("id", "timestamp", "model", "features", "label", "weight")
+_FIELD_INDEX = {"id": 0, "timestamp": 1, "model": 2, "label": 3, "weight": 4}  # in EventColumns.fields()
+
+
+class ColumnarEvent(Mapping):
+    """Row ``i`` of an :class:`EventColumns`, read as the Event record the
+    codec decodes, for steps that take records. The fields are read from
+    the columns when asked for; ``features`` (the one that needs the
+    original names) decodes the message again. :func:`columnar_rows` turns a
+    list of them into learner rows without touching ``features``."""
+
+    __slots__ = ("cols", "i")
+
+    def __init__(self, cols: EventColumns, i: int):
+        self.cols, self.i = cols, i
+
+    def __getitem__(self, key):
+        k = _FIELD_INDEX.get(key)
+        if k is not None:
+            return self.cols.fields()[k][self.i]
+        if key == "features":
+            return self.cols.record(self.i)["features"]
+        raise KeyError(key)
+
+    def get(self, key, default=None):
+        k = _FIELD_INDEX.get(key)  # the common case without Mapping.get's exception handling
+        return self.cols.fields()[k][self.i] if k is not None else Mapping.get(self, key, default)
+
+    def __iter__(self):
+        return iter(_EVENT_KEYS)
+
+    def __len__(self) -> int:
+        return len(_EVENT_KEYS)
+
+    def __reduce__(self):
+        return ColumnarEvent, (self.cols, self.i)
+
+    @staticmethod
+    def learner_rows(events: list, learner):
+        """((indptr, indices, data), y) as :func:`pipelines.records.events.learner_rows`
+        gives them, gathered from the columns; None when that path must
+        decide (crossed features, other events in the list, another hasher)."""
+        if learner.interactions or not events:
+            return None
+        cols = events[0].cols
+        if cols.hashing != (learner.hasher.bits, learner.hasher.seed):
+            return None
+        try:
+            rows = np.fromiter((e.i for e in events if e.cols is cols), np.int64, len(events))
+        except (AttributeError, ValueError):  # not all ColumnarEvents, or of other batches
+            return None
+        return gather_rows(cols.indptr, cols.indices, cols.values, rows), cols.label[rows]
