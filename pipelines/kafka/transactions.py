@@ -19,6 +19,7 @@ No Beam here.
 
 from __future__ import annotations
 
+import time
 import warnings
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -36,9 +37,10 @@ class TransactionalOutput:
     ``name`` identifies the writer across restarts (its ``transactional.id``
     and its consumer group, ``scinol-eos-<name>``)."""
 
-    def __init__(self, bootstrap: str, topic: str, name: str, config: dict | None = None, timeout: float = 60.0):
+    def __init__(self, bootstrap: str, topic: str, name: str, config: dict | None = None, timeout: float = 60.0,
+                 ride_out: float = 60.0):
         self.group = f"scinol-eos-{name}"
-        self.timeout = timeout
+        self.timeout, self.ride_out = timeout, ride_out
         self.dead = False
         self.writer = KafkaWriter(bootstrap, topic, {**(config or {}), "transactional.id": self.group})
         self.groups = Consumer({"bootstrap.servers": bootstrap, **(config or {}), "group.id": self.group,
@@ -67,27 +69,52 @@ class TransactionalOutput:
 
     def commit(self, messages: list[tuple[bytes, bytes | None]], inputs: dict[tuple[str, int], int]) -> None:
         """Write ``messages`` ((value, key) pairs) and mark ``inputs`` (next
-        offset per (topic, partition)) as answered, atomically."""
-        producer = self.writer.producer
+        offset per (topic, partition)) as answered, atomically. A broker
+        outage is ridden out for up to ``ride_out`` seconds (a transaction
+        the broker aborted meanwhile is written again); then, or at once
+        when fenced, KafkaDeliveryError: the runner retries the bundle from
+        its last snapshot with a new writer. (A transaction open across an
+        Apache Kafka restart was seen not to complete within 200 s here;
+        a new writer, which aborts it, is the way out.)"""
         positions = {**self.covered}
         for (topic, partition), offset in inputs.items():
             positions[(topic, partition)] = max(self._covered(topic, partition), offset)
-        try:
-            producer.begin_transaction()
-            for value, key in messages:
-                self.writer.produce(value, key)
-            producer.send_offsets_to_transaction([TopicPartition(t, p, o) for (t, p), o in positions.items()],
-                                                 self.groups.consumer_group_metadata(), self.timeout)
-            producer.commit_transaction(self.timeout)
-        except KafkaException as exc:
-            error = exc.args[0]
-            if error.txn_requires_abort():
-                producer.abort_transaction(self.timeout)
-            else:  # fatal (e.g. fenced by a newer instance): the producer can do nothing more
-                self.dead = True
-            raise KafkaDeliveryError(f"transaction on topic {self.writer.topic!r} failed: {error.str()}") from None
+        deadline = time.monotonic() + self.ride_out
+        while True:
+            try:
+                self._transaction(messages, positions, deadline)
+                break
+            except KafkaException as exc:
+                error = exc.args[0]
+                if not error.txn_requires_abort() or time.monotonic() >= deadline:
+                    self.dead = self.dead or error.fatal()
+                    raise KafkaDeliveryError(f"transaction on topic {self.writer.topic!r} failed: "
+                                             f"{error.str()}") from None
+                self._retrying(self.writer.producer.abort_transaction, deadline)
         self.writer.check()
         self.covered = positions
+
+    def _transaction(self, messages, positions: dict, deadline: float) -> None:
+        producer = self.writer.producer
+        self._retrying(lambda _timeout: producer.begin_transaction(), deadline)
+        for value, key in messages:
+            self.writer.produce(value, key)
+        offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+        group = self.groups.consumer_group_metadata()
+        self._retrying(lambda timeout: producer.send_offsets_to_transaction(offsets, group, timeout), deadline)
+        self._retrying(producer.commit_transaction, deadline)
+
+    def _retrying(self, call, deadline: float) -> None:
+        """``call(timeout)``, again while it fails with a
+        retriable error (broker unreachable, timed out) before ``deadline``:
+        librdkafka resumes the same operation on the next call."""
+        while True:
+            try:
+                return call(max(1.0, min(self.timeout, deadline - time.monotonic())))
+            except KafkaException as exc:
+                if not exc.args[0].retriable() or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)
 
     def close(self) -> None:
         if self.dead:  # nothing to flush, and flushing a fenced producer fails

@@ -173,7 +173,7 @@ def test_late_labels_learn_with_the_label_weight_else_the_event_weight():
 
     r.process_labels([label(i) for i in range(50, 60)])  # labels first: they wait for their events
     r.process(bare)
-    out, _, dead = r.process_labels([label(i) for i in range(50)])
+    out, _, _, dead = r.process_labels([label(i) for i in range(50)])
     assert dead == [] and r.labels_learned == 50 and r.learner.n_examples == 60  # 10 met their label on arrival
     order = list(range(50, 60)) + list(range(50))
     labels = np.array([y[i] if y[i] == y[i] else 1.0 for i in order])

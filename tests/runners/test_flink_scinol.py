@@ -1,0 +1,195 @@
+"""The project's own pipeline on Apache Flink (embedded MiniCluster and a
+2-TaskManager session cluster) against a real broker: the predictions equal
+the single-process learner's, and a TaskManager killed with SIGKILL mid-stream
+costs no update and applies none twice (the model lives in Beam state, which
+Flink snapshots together with the Kafka source's position)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from learners import make_learner
+from pipelines.launch import run, start
+from pipelines.provision.flink import DEFAULT_FLINK_VERSION
+from pipelines.records.topics import produce_events
+from pipelines.state.checkpoints import CheckpointStore
+from tests.support.runs import config, toy_stream
+from tests.support.trialkit import read_topic
+
+pytestmark = [pytest.mark.flink, pytest.mark.slow]
+
+
+def flink_args(jar, master: str, *more: str) -> list[str]:
+    return ["--runner=FlinkRunner", f"--flink_master={master}", f"--flink_job_server_jar={jar}",
+            f"--flink_version={DEFAULT_FLINK_VERSION}", "--environment_type=LOOPBACK", *more]
+
+
+def straight(X, y):
+    learner = make_learner("scinol2", "logistic")
+    return learner.learn(X, y), learner
+
+
+def predictions_of(bootstrap, topic):
+    return [record for _, _, record in read_topic(bootstrap, topic)]
+
+
+def test_exact_mode_on_embedded_flink_equals_the_single_process_learner(
+        kafka_bootstrap, topic_name, tmp_path, flink_job_server_jar):
+    X, y, events = toy_stream(3000, unlabelled_every=7)
+    produce_events(kafka_bootstrap, topic_name, events, partitions=1, progress=False)
+    cfg = config(kafka_bootstrap, topic_name, tmp_path, checkpoint_every=1000,
+                 beam_args=flink_args(flink_job_server_jar, "[local]"))
+    run(cfg)
+    want, learner = straight(X, y)
+    preds = predictions_of(kafka_bootstrap, cfg.predictions_topic)
+    assert [p["event_id"] for p in preds] == [e["id"] for e in events]
+    np.testing.assert_allclose([p["score"] for p in preds], want, rtol=1e-12, atol=1e-300)
+    final = CheckpointStore(cfg.checkpoint_dir).latest("default")
+    assert final.event_count == 3000
+    np.testing.assert_array_equal(final.learner.state.arrays["P"], learner.state.arrays["P"][:final.learner.state.n_coords])
+
+
+def test_sharded_mode_on_embedded_flink_equals_exact_mode(kafka_bootstrap, topic_name, tmp_path,
+                                                          flink_job_server_jar):
+    X, y, events = toy_stream(150)
+    produce_events(kafka_bootstrap, topic_name, events, partitions=1, progress=False)
+    # One Kafka round trip per event at staleness 0: short bundles keep it quick.
+    cfg = config(kafka_bootstrap, topic_name, tmp_path, shards=2, max_staleness=0,
+                 beam_args=flink_args(flink_job_server_jar, "[local]", "--max_bundle_time_millis=20"))
+    run(cfg)
+    want, _ = straight(X, y)
+    preds = predictions_of(kafka_bootstrap, cfg.predictions_topic)
+    assert sorted(p["event_id"] for p in preds) == sorted(e["id"] for e in events)
+    by_id = {p["event_id"]: p["score"] for p in preds}
+    np.testing.assert_allclose([by_id[e["id"]] for e in events], want, rtol=1e-9, atol=1e-12)
+
+
+def _flink_job(cluster, before: set, timeout: float = 180.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = [j["jid"] for j in cluster.jobs() if j["state"] == "RUNNING" and j["jid"] not in before]
+        if running:
+            return running[0]
+        time.sleep(0.5)
+    raise AssertionError("the job did not start on the session cluster")
+
+
+def _wait(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def apache_kafka():
+    from pipelines.kafka.apache_broker import ApacheKafkaBroker
+    from tests.kafka.test_apache_broker import _started
+
+    broker = _started(ApacheKafkaBroker())
+    yield broker
+    broker.stop()
+
+
+def _model_at(ckpt_dir: str, n: int) -> bool:
+    final = CheckpointStore(ckpt_dir).latest("default")
+    return final is not None and final.event_count == n
+
+
+def _failover_run(kafka, cluster, jar, topic, tmp_path, n: int, exactly_once: bool, broker_restart: bool):
+    """Run on the session cluster while events arrive at 150/s; kill -9 the
+    TaskManager running the job mid-stream, and (``broker_restart``) restart
+    the broker mid-stream once the job has recovered. Returns (the events,
+    the final checkpoint, how many failures Flink recorded, the result)."""
+    bootstrap = kafka.bootstrap
+    X, y, events = toy_stream(n)
+    produce_events(bootstrap, topic, events[:500], partitions=1, progress=False)
+    args = flink_args(jar, cluster.master, "--streaming", "--checkpointing_interval=2000",
+                      "--finish_bundle_before_checkpointing", "--number_of_execution_retries=30",
+                      "--execution_retry_delay=3000")
+    cfg = config(bootstrap, topic, tmp_path, bounded=False, checkpoint_every=n, max_batch=200,
+                 exactly_once=exactly_once, beam_args=args)
+    before = {j["jid"] for j in cluster.jobs()}
+    result = start(cfg)
+    try:
+        job = _flink_job(cluster, before)
+        _wait(lambda: cluster.completed_checkpoints(job) >= 2, 180, "two completed Flink checkpoints")
+        producer = _producing(bootstrap, topic, events[500:n // 2])
+        time.sleep(2.0)
+        victims = cluster.job_taskmanagers(job)
+        assert victims and producer.is_alive(), "the kill must hit the job mid-stream"
+        cluster.kill_taskmanager(victims[0])
+        cluster.add_taskmanager()
+        producer.join()
+        restored = cluster.completed_checkpoints(job)
+        _wait(lambda: cluster.completed_checkpoints(job) > restored, 240, "a checkpoint after the restart")
+        producer = _producing(bootstrap, topic, events[n // 2:])
+        if broker_restart:
+            time.sleep(2.0)
+            assert producer.is_alive(), "the broker restart must come mid-stream"
+            kafka.restart(down_for=3.0)
+        producer.join()
+        try:
+            _wait(lambda: _model_at(cfg.checkpoint_dir, n), 300, f"the model's checkpoint at event {n}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; {_job_story(cluster, job)}") from None
+        failures = cluster.rest(f"/jobs/{job}/exceptions").get("exceptionHistory", {}).get("entries", [])
+    finally:
+        result.cancel()
+    assert failures, "Flink saw no failure: the TaskManager kill did not reach the job"
+    final = CheckpointStore(cfg.checkpoint_dir).latest("default")
+    _, learner = straight(X, y)
+    np.testing.assert_array_equal(final.learner.state.arrays["P"],
+                                  learner.state.arrays["P"][:final.learner.state.n_coords])
+    assert final.learner.state.scalars == learner.state.scalars  # t: every update applied once
+    return events, [p["event_id"] for p in predictions_of(bootstrap, cfg.predictions_topic)], len(failures), result
+
+
+def test_a_killed_taskmanager_and_a_broker_restart_lose_no_update_and_apply_none_twice(
+        apache_kafka, topic_name, tmp_path, flink_job_server_jar, flink_cluster):
+    """At least once: every event predicted, duplicates counted."""
+    events, ids, failures, _ = _failover_run(apache_kafka, flink_cluster, flink_job_server_jar, topic_name,
+                                             tmp_path, 4000, exactly_once=False, broker_restart=True)
+    assert set(ids) == {e["id"] for e in events}
+    print(f"\nFlink failures: {failures}; predictions re-sent: {len(ids) - len(set(ids))}")
+
+
+def test_with_exactly_once_a_killed_taskmanager_leaves_each_prediction_written_once(
+        apache_kafka, topic_name, tmp_path, flink_job_server_jar, flink_cluster):
+    events, ids, failures, result = _failover_run(apache_kafka, flink_cluster, flink_job_server_jar, topic_name,
+                                                  tmp_path, 3000, exactly_once=True, broker_restart=False)
+    assert ids == [e["id"] for e in events]  # read_committed: each once, in order
+    print(f"\nFlink failures: {failures}; predictions recomputed after them and not written again: "
+          f"{_counter(result, 'predictions_not_resent')}")
+
+
+def _job_story(cluster, job: str) -> str:
+    """The job's state and its latest failures, for a failure message."""
+    state = cluster.rest(f"/jobs/{job}")["state"]
+    entries = cluster.rest(f"/jobs/{job}/exceptions").get("exceptionHistory", {}).get("entries", [])
+    causes = [e.get("exceptionName", "") + ": " + (e.get("stacktrace", "").splitlines() or [""])[0][:300]
+              for e in entries[:3]]
+    return f"job {state}, {len(entries)} failures, latest: {causes}"
+
+
+def _producing(bootstrap: str, topic: str, events: list) -> threading.Thread:
+    """Produce ``events`` at 150/s in a thread (started)."""
+    thread = threading.Thread(target=produce_events, args=(bootstrap, topic, events),
+                              kwargs={"rate": 150, "progress": False})
+    thread.start()
+    return thread
+
+
+def _counter(result, name: str):
+    try:
+        from pipelines.steps import NAMESPACE
+        import apache_beam as beam
+
+        found = result.metrics().query(beam.metrics.MetricsFilter().with_namespace(NAMESPACE).with_name(name))
+        return sum(c.committed or c.attempted or 0 for c in found["counters"])
+    except Exception as exc:  # noqa: BLE001 - a cancelled Flink job may not report metrics
+        return f"unknown ({type(exc).__name__})"
