@@ -1,12 +1,21 @@
 """Fixtures and markers shared by the whole suite.
 
 Markers (``-m``): ``kafka`` (talks to a real broker; every test using the
-``kafka_bootstrap`` fixture gets it), ``registry`` (talks to a real schema
+``kafka_bootstrap`` or ``tansu_bootstrap`` fixture gets it), ``registry`` (talks to a real schema
 registry, Apicurio Registry through its Confluent-compatible API; every test
 using the ``schema_registry`` fixture gets it), ``flink`` (runs on Apache
 Flink), ``slow`` (ten seconds or more). Under ``CI=true`` a skipped
 ``kafka``, ``registry`` or ``flink`` test fails the run: an integration test
 that did not run has not passed.
+
+Brokers: ``kafka_bootstrap`` is parametrised over both brokers the project
+supports, the embedded tansu broker and Apache Kafka 4.x (KRaft), so every
+Kafka-facing test runs on each (test ids end in ``[tansu]`` / ``[kafka]``)
+and a quirk of one cannot hide a bug (``-m tansu`` or ``-m apache_kafka``
+picks one half). One broker of each kind per session,
+started on first use. A test about the pipeline's own logic rather than the
+broker may take ``tansu_bootstrap`` instead (the embedded broker only):
+that halves its time, and is a choice to state, not a default.
 """
 
 import os
@@ -21,6 +30,8 @@ MARKERS = {
     "registry": "talks to a real schema registry (Apicurio Registry, Confluent's REST API)",
     "flink": "runs a pipeline on Apache Flink",
     "slow": "takes ten seconds or more",
+    "tansu": "the kafka_bootstrap instance on the embedded tansu broker",
+    "apache_kafka": "the kafka_bootstrap instance on Apache Kafka 4.x",
 }
 INTEGRATION = ("kafka", "registry", "flink")
 
@@ -32,7 +43,7 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "kafka_bootstrap" in getattr(item, "fixturenames", ()):
+        if {"kafka_bootstrap", "tansu_bootstrap"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.kafka)
         if "schema_registry" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.registry)
@@ -42,19 +53,63 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-    if in_ci and report.skipped and any(item.get_closest_marker(m) for m in INTEGRATION):
+    if _in_ci() and report.skipped and any(item.get_closest_marker(m) for m in INTEGRATION):
         report.outcome = "failed"
         report.longrepr = f"skipped integration test under CI=true (a skip is a failure here): {report.longrepr}"
 
 
-@pytest.fixture(scope="session")
-def kafka_bootstrap():
-    """A real Kafka-protocol broker (tansu, memory storage) for the session."""
-    from pipelines.kafka.broker import EmbeddedBroker
+# Each instance carries a marker: ``-m apache_kafka`` runs only the Apache Kafka half.
+BROKERS = (pytest.param("tansu", marks=pytest.mark.tansu), pytest.param("kafka", marks=pytest.mark.apache_kafka))
 
-    with EmbeddedBroker() as broker:
-        yield broker.bootstrap
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def _brokers():
+    """The session's brokers by kind, each started the first time a test
+    asks for it and stopped at the end of the session."""
+    started: dict = {}
+    yield started
+    for broker in started.values():
+        broker.stop()
+
+
+def _broker(kind: str, started: dict) -> str:
+    if kind not in started:
+        if kind == "tansu":
+            from pipelines.kafka.broker import EmbeddedBroker
+
+            started[kind] = EmbeddedBroker()
+            started[kind].start()
+        else:
+            from pipelines.kafka.apache_broker import ApacheKafkaBroker
+            from pipelines.provision.cache import ProvisionError
+
+            broker = ApacheKafkaBroker()
+            try:
+                broker.start()
+            except ProvisionError as exc:
+                if _in_ci():
+                    pytest.fail(f"Apache Kafka could not be provisioned: {exc}")
+                pytest.skip(f"Apache Kafka could not be provisioned: {exc}")
+            started[kind] = broker
+    return started[kind].bootstrap
+
+
+@pytest.fixture(scope="session", params=BROKERS)
+def kafka_bootstrap(request, _brokers):
+    """The bootstrap address of a real broker: the embedded tansu broker
+    (memory storage) or Apache Kafka 4.x (one KRaft node), one test per kind."""
+    return _broker(request.param, _brokers)
+
+
+@pytest.fixture(scope="session")
+def tansu_bootstrap(_brokers):
+    """The embedded tansu broker only, for tests of the pipeline's logic
+    that gain nothing from a second broker (see the module docstring)."""
+    return _broker("tansu", _brokers)
 
 
 @pytest.fixture
