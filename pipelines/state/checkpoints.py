@@ -122,10 +122,14 @@ class CheckpointStore:
 
     def _newest(self, folder: str, model: str | None = None) -> Checkpoint | None:
         for path in self._paths(folder):
-            problem = verify(path)
+            try:
+                source = fs.loadable(path)  # a remote file is read once: for its checksum and its load
+                problem = verify(path, source if isinstance(source, bytes) else None)
+            except OSError as exc:
+                problem = f"unreadable ({exc})"
             if problem is None:
                 try:
-                    ckpt = Checkpoint(path, OnlineLearner.load(fs.loadable(path)))
+                    ckpt = Checkpoint(path, OnlineLearner.load(source))
                     if model is None or ckpt.model == model:
                         return ckpt
                     problem = f"it is model {ckpt.model[:100]!r}'s"

@@ -286,9 +286,10 @@ def read_json(path: str) -> dict | None:
         return None
 
 
-def verify(path: str) -> str | None:
+def verify(path: str, data: bytes | None = None) -> str | None:
     """None if the sidecar checksum matches (or there is no sidecar: the
-    state file's own per-array checksums are checked on load), else why not."""
+    state file's own per-array checksums are checked on load), else why not.
+    ``data``: the file's bytes when the caller has them already (remote files)."""
     sidecar = sidecar_path(path)
     if not exists(sidecar):
         return None
@@ -297,7 +298,7 @@ def verify(path: str) -> str | None:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return f"unreadable manifest ({exc})"
     try:
-        have = file_sha256(path)
+        have = hashlib.sha256(data).hexdigest() if data is not None else file_sha256(path)
     except OSError as exc:
         return f"unreadable ({exc.strerror or exc})"
     return None if have == want else "checksum mismatch (file truncated or corrupted)"
