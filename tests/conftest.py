@@ -98,10 +98,14 @@ def _broker(kind: str, started: dict) -> str:
     return started[kind].bootstrap
 
 
-@pytest.fixture(scope="session", params=BROKERS)
+@pytest.fixture(scope="module", params=BROKERS)
 def kafka_bootstrap(request, _brokers):
     """The bootstrap address of a real broker: the embedded tansu broker
-    (memory storage) or Apache Kafka 4.x (one KRaft node), one test per kind."""
+    (memory storage) or Apache Kafka 4.x (one KRaft node), one test per kind.
+    Module scope (the brokers themselves live for the session): pytest then
+    runs each module's tests grouped by broker, module by module, instead
+    of reordering the whole session around a session-scoped parameter,
+    which would set every module-scoped fixture up once per broker group."""
     return _broker(request.param, _brokers)
 
 
