@@ -1,7 +1,7 @@
 """Fixtures and markers shared by the whole suite.
 
 Markers (``-m``): ``kafka`` (talks to a real broker; every test using the
-``kafka_bootstrap`` or ``tansu_bootstrap`` fixture gets it), ``registry`` (talks to a real schema
+``kafka_bootstrap``, ``tansu_bootstrap`` or ``broker_kind`` fixture gets it), ``registry`` (talks to a real schema
 registry, Apicurio Registry through its Confluent-compatible API; every test
 using the ``schema_registry`` fixture gets it), ``flink`` (runs on Apache
 Flink), ``slow`` (ten seconds or more). Under ``CI=true`` a skipped
@@ -43,7 +43,7 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if {"kafka_bootstrap", "tansu_bootstrap"} & set(getattr(item, "fixturenames", ())):
+        if {"kafka_bootstrap", "tansu_bootstrap", "broker_kind"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.kafka)
         if "schema_registry" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.registry)
@@ -85,17 +85,25 @@ def _broker(kind: str, started: dict) -> str:
             started[kind].start()
         else:
             from pipelines.kafka.apache_broker import ApacheKafkaBroker
-            from pipelines.provision.cache import ProvisionError
 
-            broker = ApacheKafkaBroker()
-            try:
-                broker.start()
-            except ProvisionError as exc:
-                if _in_ci():
-                    pytest.fail(f"Apache Kafka could not be provisioned: {exc}")
-                pytest.skip(f"Apache Kafka could not be provisioned: {exc}")
-            started[kind] = broker
+            _provision_kafka()
+            started[kind] = ApacheKafkaBroker()
+            started[kind].start()
     return started[kind].bootstrap
+
+
+def _provision_kafka() -> None:
+    """Apache Kafka's jars in the cache (fetched once): skip the test on a
+    developer's machine that cannot provision them, fail it under CI=true."""
+    from pipelines.provision.cache import ProvisionError
+    from pipelines.provision.kafka import provision_kafka
+
+    try:
+        provision_kafka()
+    except ProvisionError as exc:
+        if _in_ci():
+            pytest.fail(f"Apache Kafka could not be provisioned: {exc}")
+        pytest.skip(f"Apache Kafka could not be provisioned: {exc}")
 
 
 @pytest.fixture(scope="module", params=BROKERS)
@@ -107,6 +115,16 @@ def kafka_bootstrap(request, _brokers):
     of reordering the whole session around a session-scoped parameter,
     which would set every module-scoped fixture up once per broker group."""
     return _broker(request.param, _brokers)
+
+
+@pytest.fixture(scope="module", params=BROKERS)
+def broker_kind(request):
+    """``tansu`` or ``kafka``, one test per kind, for tests that start a
+    broker of their own (e.g. behind a fault-injecting proxy); Apache Kafka
+    is provisioned first (skipped or failed as for ``kafka_bootstrap``)."""
+    if request.param == "kafka":
+        _provision_kafka()
+    return request.param
 
 
 @pytest.fixture(scope="session")
