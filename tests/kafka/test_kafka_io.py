@@ -1,4 +1,4 @@
-"""The Beam Kafka source and sink (pipelines.beam_io) against the real embedded broker (tansu), through Beam on the FnApiRunner.
+"""The Beam Kafka source and sink (pipelines.beam_io) against real brokers (tansu and Apache Kafka), through Beam on the FnApiRunner.
 
 Nothing is mocked: topics are created on the session broker, written with a
 plain confluent-kafka producer (or WriteToKafka), and read through Beam.
