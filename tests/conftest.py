@@ -1,19 +1,20 @@
 """Fixtures and markers shared by the whole suite.
 
 Markers (``-m``): ``kafka`` (talks to a real broker; every test using the
-``kafka_bootstrap``, ``tansu_bootstrap`` or ``broker_kind`` fixture gets it), ``registry`` (talks to a real schema
-registry, Apicurio Registry through its Confluent-compatible API; every test
-using the ``schema_registry`` fixture gets it), ``flink`` (runs on Apache
-Flink), ``slow`` (ten seconds or more). Under ``CI=true`` a skipped
-``kafka``, ``registry`` or ``flink`` test fails the run: an integration test
-that did not run has not passed.
+``kafka_bootstrap``, ``tansu_bootstrap`` or ``broker_kind`` fixture gets
+it), ``registry`` (talks to a real schema registry, Apicurio Registry
+through its Confluent-compatible API; every test using the
+``schema_registry`` fixture gets it), ``flink`` (runs on Apache Flink),
+``slow`` (ten seconds or more). Under ``CI=true`` a skipped ``kafka``,
+``registry`` or ``flink`` test fails the run: an integration test that did
+not run has not passed.
 
 Brokers: ``kafka_bootstrap`` is parametrised over both brokers the project
 supports, the embedded tansu broker and Apache Kafka 4.x (KRaft), so every
 Kafka-facing test runs on each (test ids end in ``[tansu]`` / ``[kafka]``)
 and a quirk of one cannot hide a bug (``-m tansu`` or ``-m apache_kafka``
-picks one half). One broker of each kind per session,
-started on first use. A test about the pipeline's own logic rather than the
+picks one half). One broker of each kind per session, started on first
+use. A test about the pipeline's own logic rather than the
 broker may take ``tansu_bootstrap`` instead (the embedded broker only):
 that halves its time, and is a choice to state, not a default.
 """
@@ -73,22 +74,27 @@ def _brokers():
     started: dict = {}
     yield started
     for broker in started.values():
-        broker.stop()
+        if not isinstance(broker, Exception):
+            broker.stop()
 
 
 def _broker(kind: str, started: dict) -> str:
     if kind not in started:
         if kind == "tansu":
-            from pipelines.kafka.broker import EmbeddedBroker
-
-            started[kind] = EmbeddedBroker()
-            started[kind].start()
+            from pipelines.kafka.broker import EmbeddedBroker as Broker
         else:
-            from pipelines.kafka.apache_broker import ApacheKafkaBroker
+            from pipelines.kafka.apache_broker import ApacheKafkaBroker as Broker
 
             _provision_kafka()
-            started[kind] = ApacheKafkaBroker()
-            started[kind].start()
+        broker = Broker()
+        try:
+            broker.start()
+        except Exception as exc:
+            started[kind] = exc  # every later test fails at once with the same cause, not after its own timeout
+            raise
+        started[kind] = broker
+    if isinstance(started[kind], Exception):
+        raise RuntimeError(f"the session's {kind} broker failed to start: {started[kind]}")
     return started[kind].bootstrap
 
 
@@ -98,12 +104,20 @@ def _provision_kafka() -> None:
     from pipelines.provision.cache import ProvisionError
     from pipelines.provision.kafka import provision_kafka
 
-    try:
-        provision_kafka()
-    except ProvisionError as exc:
-        if _in_ci():
-            pytest.fail(f"Apache Kafka could not be provisioned: {exc}")
-        pytest.skip(f"Apache Kafka could not be provisioned: {exc}")
+    if not _KAFKA_PROVISIONING:  # tried once per session, not once per module
+        try:
+            provision_kafka()
+            _KAFKA_PROVISIONING.append(None)
+        except ProvisionError as exc:
+            _KAFKA_PROVISIONING.append(f"Apache Kafka could not be provisioned: {exc}")
+    failure = _KAFKA_PROVISIONING[0]
+    if failure and _in_ci():
+        pytest.fail(failure)
+    if failure:
+        pytest.skip(failure)
+
+
+_KAFKA_PROVISIONING: list = []  # [None] once provisioned, [why not] once that failed
 
 
 @pytest.fixture(scope="module", params=BROKERS)
