@@ -108,8 +108,21 @@ def listdir(folder: str) -> list[str]:
         except (FileNotFoundError, NotADirectoryError):
             return []
     prefix = folder.rstrip("/") + "/"
-    found = _beam().match([prefix + "**"])[0].metadata_list
-    return sorted({m.path[len(prefix):].split("/", 1)[0] for m in found if m.path.startswith(prefix)})
+    return sorted({path[len(prefix):].split("/", 1)[0] for path in _under(folder) if path.startswith(prefix)})
+
+
+def _under(folder: str) -> list[str]:
+    """The remote paths under ``folder``: every key below it on an object
+    store, the folder's entries on HDFS (whose delete and rename take a
+    whole folder); [] if it does not exist."""
+    from apache_beam.io.filesystem import BeamIOError
+
+    try:
+        return [m.path for m in _beam().match([folder.rstrip("/") + "/**"])[0].metadata_list]
+    except BeamIOError:
+        if not _beam().exists(folder):  # HDFS: listing a folder that does not exist fails
+            return []
+        raise
 
 
 def exists(path: str) -> bool:
@@ -156,8 +169,7 @@ def delete(*paths: str) -> None:
                 except FileNotFoundError:
                     pass
             continue
-        under = [m.path for m in _beam().match([path.rstrip("/") + "/**"])[0].metadata_list]
-        victims = under + ([path] if _beam().exists(path) else [])
+        victims = _under(path) + ([path] if _beam().exists(path) else [])
         if victims:
             _beam().delete(victims)
 
@@ -169,16 +181,23 @@ def move(source: str, destination: str) -> None:
         os.replace(source, destination)
         return
     prefix = source.rstrip("/")
-    files = [m.path for m in _beam().match([prefix + "/**"])[0].metadata_list]
-    files = files or ([source] if _beam().exists(source) else [])
+    files = _under(source) or ([source] if _beam().exists(source) else [])
     _beam().rename(files, [destination.rstrip("/") + f[len(prefix):] for f in files])
 
 
 def makedirs(folder: str) -> None:
-    """A local folder; nothing remotely (object stores have no folders, and
-    Beam's filesystems create a file's parents themselves)."""
+    """A folder (a no-op on object stores, which have none; Beam's
+    filesystems create a file's parents themselves, but HDFS needs a
+    folder to exist before something is renamed into it)."""
     if not is_remote(folder):
         os.makedirs(folder, exist_ok=True)
+        return
+    from apache_beam.io.filesystem import BeamIOError
+
+    try:
+        _beam().mkdirs(folder)
+    except (BeamIOError, OSError):  # it exists already
+        pass
 
 
 # -- durable writes -----------------------------------------------------------
