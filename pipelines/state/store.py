@@ -82,7 +82,7 @@ def check_location(path: str) -> None:
         why = (f"its filesystem cannot start ({next(iter(cause.values()))})".splitlines()[0] if cause
                else "no Beam filesystem for that scheme is installed")
         raise StoreLocationError(
-            f"{path}: cannot store checkpoints at {scheme}://: {why} (schemes available here: "
+            f"{path}: cannot keep checkpoints at {scheme}://: {why} (schemes available here: "
             f"{', '.join(known) or 'none'}; gs:// needs apache-beam[gcp], s3:// apache-beam[aws], "
             f"hdfs:// apache-beam[hadoop])") from None
 

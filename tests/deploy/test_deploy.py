@@ -250,6 +250,6 @@ def test_a_checkpoint_url_without_a_filesystem_is_refused_in_one_line(capsys):
                  "--checkpoint-dir", "nosuch://bucket/ckpt"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert ("run: --checkpoint-dir nosuch://bucket/ckpt: cannot store checkpoints at nosuch://: "
+    assert ("run: --checkpoint-dir nosuch://bucket/ckpt: cannot keep checkpoints at nosuch://: "
             "no Beam filesystem for that scheme is installed") in err
     assert not os.path.exists("nosuch:")

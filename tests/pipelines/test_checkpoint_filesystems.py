@@ -118,7 +118,7 @@ def test_an_unknown_scheme_is_one_line():
     with pytest.raises(StoreLocationError) as err:
         CheckpointStore("nosuch://bucket/ckpt")
     message = str(err.value)
-    assert message.startswith("nosuch://bucket/ckpt: cannot store checkpoints at nosuch://: no Beam filesystem")
+    assert message.startswith("nosuch://bucket/ckpt: cannot keep checkpoints at nosuch://: no Beam filesystem")
     assert "localobj" in message and "\n" not in message
     with pytest.raises(StoreLocationError):
         CutStore("nosuch://bucket/ckpt")
@@ -150,3 +150,27 @@ def test_a_pipeline_resumes_from_a_remote_location(tansu_bootstrap, topic_name, 
     preds = read_records(tansu_bootstrap, cfg.predictions_topic, 600)
     assert [p["event_id"] for p in preds] == [e["id"] for e in events]  # each once: the second run resumed
     np.testing.assert_allclose([p["score"] for p in preds], want, rtol=1e-9, atol=1e-12)
+
+
+def test_scinol_model_reads_remote_checkpoints_and_cuts(remote, tmp_path, capsys, monkeypatch):
+    from pipelines.cli.main import main
+
+    where, _ = remote
+    learner = _learned(3)
+    CheckpointStore(where).save("a", learner, {("events", 0): 60}, 60)
+    head = {"learned": 7, "offsets": [{"topic": "events", "partition": 0, "offset": 7}], "model": "b", **learner.header()}
+    for shard in range(2):
+        CutStore(where).save_shard("b", 7, shard, 2, np.array([shard, shard + 2]), _part(7, np.arange(2)), head)
+    assert main(["model", "inspect", f"{where}/a/ckpt-000000000060.scinol", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert '"event_count": 60' in out and "top 3 weights" in out
+    assert main(["model", "inspect", f"{where}/b/cut-000000000007"]) == 0
+    assert '"learned": 7' in capsys.readouterr().out
+    monkeypatch.chdir(tmp_path)
+    assert main(["model", "export", f"{where}/a/ckpt-000000000060.scinol", "--format", "csv"]) == 0
+    capsys.readouterr()
+    rows = (tmp_path / "ckpt-000000000060.scinol.weights.csv").read_text().splitlines()
+    assert rows[0] == "feature,output,weight" and len(rows) == 1 + learner.weights().size
+    assert main(["model", "inspect", "nosuch://bucket/m.scinol"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot keep checkpoints at nosuch://" in err
