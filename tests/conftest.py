@@ -86,7 +86,9 @@ def _broker(kind: str, started: dict) -> str:
             from pipelines.kafka.apache_broker import ApacheKafkaBroker as Broker
 
             _provision_kafka()
-        broker = Broker()
+        # Apache Kafka as production clusters are often set: no topic appears
+        # because a client named it, so the pipeline must create every topic it uses.
+        broker = Broker() if kind == "tansu" else Broker(settings={"auto.create.topics.enable": "false"})
         try:
             broker.start()
         except Exception as exc:
