@@ -1,12 +1,22 @@
 """Fixtures and markers shared by the whole suite.
 
 Markers (``-m``): ``kafka`` (talks to a real broker; every test using the
-``kafka_bootstrap`` fixture gets it), ``registry`` (talks to a real schema
-registry, Apicurio Registry through its Confluent-compatible API; every test
-using the ``schema_registry`` fixture gets it), ``flink`` (runs on Apache
-Flink), ``slow`` (ten seconds or more). Under ``CI=true`` a skipped
-``kafka``, ``registry`` or ``flink`` test fails the run: an integration test
-that did not run has not passed.
+``kafka_bootstrap``, ``tansu_bootstrap`` or ``broker_kind`` fixture gets
+it), ``registry`` (talks to a real schema registry, Apicurio Registry
+through its Confluent-compatible API; every test using the
+``schema_registry`` fixture gets it), ``flink`` (runs on Apache Flink),
+``slow`` (ten seconds or more). Under ``CI=true`` a skipped ``kafka``,
+``registry`` or ``flink`` test fails the run: an integration test that did
+not run has not passed.
+
+Brokers: ``kafka_bootstrap`` is parametrised over both brokers the project
+supports, the embedded tansu broker and Apache Kafka 4.x (KRaft), so every
+Kafka-facing test runs on each (test ids end in ``[tansu]`` / ``[kafka]``)
+and a quirk of one cannot hide a bug (``-m tansu`` or ``-m apache_kafka``
+picks one half). One broker of each kind per session, started on first
+use. A test about the pipeline's own logic rather than the
+broker may take ``tansu_bootstrap`` instead (the embedded broker only):
+that halves its time, and is a choice to state, not a default.
 """
 
 import os
@@ -21,6 +31,8 @@ MARKERS = {
     "registry": "talks to a real schema registry (Apicurio Registry, Confluent's REST API)",
     "flink": "runs a pipeline on Apache Flink",
     "slow": "takes ten seconds or more",
+    "tansu": "the kafka_bootstrap instance on the embedded tansu broker",
+    "apache_kafka": "the kafka_bootstrap instance on Apache Kafka 4.x",
 }
 INTEGRATION = ("kafka", "registry", "flink")
 
@@ -32,7 +44,7 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "kafka_bootstrap" in getattr(item, "fixturenames", ()):
+        if {"kafka_bootstrap", "tansu_bootstrap", "broker_kind"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.kafka)
         if "schema_registry" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.registry)
@@ -42,19 +54,100 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-    if in_ci and report.skipped and any(item.get_closest_marker(m) for m in INTEGRATION):
+    if _in_ci() and report.skipped and any(item.get_closest_marker(m) for m in INTEGRATION):
         report.outcome = "failed"
         report.longrepr = f"skipped integration test under CI=true (a skip is a failure here): {report.longrepr}"
 
 
-@pytest.fixture(scope="session")
-def kafka_bootstrap():
-    """A real Kafka-protocol broker (tansu, memory storage) for the session."""
-    from pipelines.kafka.broker import EmbeddedBroker
+# Each instance carries a marker: ``-m apache_kafka`` runs only the Apache Kafka half.
+BROKERS = (pytest.param("tansu", marks=pytest.mark.tansu), pytest.param("kafka", marks=pytest.mark.apache_kafka))
 
-    with EmbeddedBroker() as broker:
-        yield broker.bootstrap
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def _brokers():
+    """The session's brokers by kind, each started the first time a test
+    asks for it and stopped at the end of the session."""
+    started: dict = {}
+    yield started
+    for broker in started.values():
+        if not isinstance(broker, Exception):
+            broker.stop()
+
+
+def _broker(kind: str, started: dict) -> str:
+    if kind not in started:
+        if kind == "tansu":
+            from pipelines.kafka.broker import EmbeddedBroker as Broker
+        else:
+            from pipelines.kafka.apache_broker import ApacheKafkaBroker as Broker
+
+            _provision_kafka()
+        # Apache Kafka as production clusters are often set: no topic appears
+        # because a client named it, so the pipeline must create every topic it uses.
+        broker = Broker() if kind == "tansu" else Broker(settings={"auto.create.topics.enable": "false"})
+        try:
+            broker.start()
+        except Exception as exc:
+            started[kind] = exc  # every later test fails at once with the same cause, not after its own timeout
+            raise
+        started[kind] = broker
+    if isinstance(started[kind], Exception):
+        raise RuntimeError(f"the session's {kind} broker failed to start: {started[kind]}")
+    return started[kind].bootstrap
+
+
+def _provision_kafka() -> None:
+    """Apache Kafka's jars in the cache (fetched once): skip the test on a
+    developer's machine that cannot provision them, fail it under CI=true."""
+    from pipelines.provision.cache import ProvisionError
+    from pipelines.provision.kafka import provision_kafka
+
+    if not _KAFKA_PROVISIONING:  # tried once per session, not once per module
+        try:
+            provision_kafka()
+            _KAFKA_PROVISIONING.append(None)
+        except ProvisionError as exc:
+            _KAFKA_PROVISIONING.append(f"Apache Kafka could not be provisioned: {exc}")
+    failure = _KAFKA_PROVISIONING[0]
+    if failure and _in_ci():
+        pytest.fail(failure)
+    if failure:
+        pytest.skip(failure)
+
+
+_KAFKA_PROVISIONING: list = []  # [None] once provisioned, [why not] once that failed
+
+
+@pytest.fixture(scope="module", params=BROKERS)
+def kafka_bootstrap(request, _brokers):
+    """The bootstrap address of a real broker: the embedded tansu broker
+    (memory storage) or Apache Kafka 4.x (one KRaft node), one test per kind.
+    Module scope (the brokers themselves live for the session): pytest then
+    runs each module's tests grouped by broker, module by module, instead
+    of reordering the whole session around a session-scoped parameter,
+    which would set every module-scoped fixture up once per broker group."""
+    return _broker(request.param, _brokers)
+
+
+@pytest.fixture(scope="module", params=BROKERS)
+def broker_kind(request):
+    """``tansu`` or ``kafka``, one test per kind, for tests that start a
+    broker of their own (e.g. behind a fault-injecting proxy); Apache Kafka
+    is provisioned first (skipped or failed as for ``kafka_bootstrap``)."""
+    if request.param == "kafka":
+        _provision_kafka()
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def tansu_bootstrap(_brokers):
+    """The embedded tansu broker only, for tests of the pipeline's logic
+    that gain nothing from a second broker (see the module docstring)."""
+    return _broker("tansu", _brokers)
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ import numpy as np
 
 from learners import OnlineLearner
 
+from .errors import UsageError
+
 
 def _names(model: OnlineLearner, n: int) -> list[str]:
     offset = int(model.bias)
@@ -17,14 +19,22 @@ def _names(model: OnlineLearner, n: int) -> list[str]:
 
 def load_model(path: str) -> OnlineLearner:
     """A model file or checkpoint, or a sharded-mode checkpoint cut directory
-    (its shard parts merged into one model)."""
+    (its shard parts merged into one model); local, or a URL that Beam's
+    FileSystems serve (as ``--checkpoint-dir`` may be)."""
     import os
 
-    if os.path.isdir(path):
-        from pipelines.state.cuts import load_cut
+    from pipelines.state import store
+    from pipelines.state.cuts import load_cut
 
+    if not store.is_remote(path):
+        return load_cut(path).merged_learner() if os.path.isdir(path) else OnlineLearner.load(path)
+    try:
+        store.check_location(path)
+    except store.StoreLocationError as exc:
+        raise UsageError(f"model: {exc}") from None
+    if store.listdir(path):  # a cut folder: a file has nothing under it
         return load_cut(path).merged_learner()
-    return OnlineLearner.load(path)
+    return OnlineLearner.load(store.read_bytes(path))
 
 
 def inspect(path: str, top: int = 10, out=None) -> None:
@@ -48,7 +58,10 @@ def export(path: str, fmt: str, output: str | None) -> str:
     model = load_model(path)
     w = model.weights()
     names = _names(model, w.shape[0])
-    output = output or f"{path.rstrip('/')}.weights.{fmt}"
+    if output is None:  # beside a local model; in the current folder for a remote one
+        from pipelines.state.store import basename, is_remote
+
+        output = f"{basename(path) if is_remote(path) else path.rstrip('/')}.weights.{fmt}"
     rows_feature = np.repeat(names, w.shape[1])
     rows_output = np.tile(np.arange(w.shape[1]), w.shape[0])
     weights = w.reshape(-1)

@@ -14,10 +14,13 @@ def input_limits(args) -> dict:
     """--max-index, --max-message-bytes, --max-models, --connect-timeout as
     RunConfig fields (absent: its defaults);
     also refuses a checkpoint directory the checkpoint store cannot use."""
-    if args.checkpoint_dir and "://" in args.checkpoint_dir:
-        # The store writes with os/open: "gs://b/x" would silently become a local directory "gs:".
-        raise UsageError(f"run: --checkpoint-dir must be a local or mounted directory, not a URL "
-                         f"({args.checkpoint_dir.split('://')[0]}://...)")
+    if args.checkpoint_dir:
+        from pipelines.state.store import StoreLocationError, check_location
+
+        try:  # a URL goes through Beam's FileSystems: its scheme must have a filesystem installed here
+            check_location(args.checkpoint_dir)
+        except StoreLocationError as exc:
+            raise UsageError(f"run: --checkpoint-dir {exc}") from None
     limits = {}
     for option, name in (("--max-index", "max_index"), ("--max-message-bytes", "max_message_bytes"),
                          ("--max-models", "max_models"), ("--connect-timeout", "connect_timeout")):

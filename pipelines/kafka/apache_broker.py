@@ -77,7 +77,7 @@ class ApacheKafkaBroker:
 
     def __init__(self, port: int | None = None, host: str = DEFAULT_HOST, advertised_port: int | None = None, *,
                  version: str = DEFAULT_KAFKA_VERSION, secure: bool = False, username: str = "scinol",
-                 heap: str = DEFAULT_HEAP):
+                 heap: str = DEFAULT_HEAP, settings: dict | None = None):
         self.host = host
         self.port = port or free_port(host)
         self.advertised_port = advertised_port or self.port
@@ -86,6 +86,7 @@ class ApacheKafkaBroker:
         self.secure = secure
         self.username = username
         self.heap = heap
+        self.settings = dict(settings or {})  # more server.properties, over the single-node defaults
         self.process: subprocess.Popen | None = None
         self.home: Path | None = None  # the data folder, kept across restart()
         self.log_path: str | None = None
@@ -187,6 +188,7 @@ class ApacheKafkaBroker:
                 f"CLIENT:{'SASL_SSL' if self.secure else 'PLAINTEXT'},CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.home / "data"),
             **SINGLE_NODE_SETTINGS,
+            **self.settings,
         }
         if self.secure:
             props.update(self._security_properties())

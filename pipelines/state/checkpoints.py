@@ -10,19 +10,22 @@ the event count and the schema version, so state and position can never
 disagree. A JSON sidecar with the file's SHA-256 follows it; on load a file
 whose checksum (or any array's) fails is skipped, with a warning, for the
 previous one. The newest ``keep`` checkpoints of each model are kept.
+
+``directory`` may be a local folder or a URL of any filesystem Beam has
+registered (``gs://``, ``s3://``, ``hdfs://``): see :mod:`pipelines.state.store`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 import time
 
 from learners import OnlineLearner
 from learners.state import StateFileError
 
+from . import store as fs
 from .store import sidecar_path, verify, write_durably
 
 log = logging.getLogger(__name__)
@@ -47,13 +50,6 @@ def _safe(model: str) -> str:
     return f"{plain.lstrip('.')[:60]}~{digest}"
 
 
-def _mtime(path: str) -> float:
-    try:
-        return os.path.getmtime(path)
-    except OSError:
-        return float("inf")  # gone meanwhile: not stale
-
-
 class Checkpoint:
     """A loaded checkpoint: the learner and where in the stream it stands."""
 
@@ -71,12 +67,13 @@ class Checkpoint:
 
 class CheckpointStore:
     def __init__(self, directory: str, keep: int = 3, source: dict | None = None):
+        fs.check_location(directory)
         self.directory = directory
         self.keep = keep
         self.source = source  # recorded in every checkpoint written
 
     def model_dir(self, model: str) -> str:
-        return os.path.join(self.directory, _safe(model))
+        return fs.join(self.directory, _safe(model))
 
     def save(self, model: str, learner: OnlineLearner, offsets: dict[tuple[str, int], int],
              event_count: int, aux: dict | None = None, labels_learned: int = 0) -> dict:
@@ -84,7 +81,7 @@ class CheckpointStore:
         header). ``aux``: arrays kept with the state (events awaiting labels);
         the file is named by the records (events and delayed labels) it covers."""
         folder = self.model_dir(model)
-        path = os.path.join(folder, f"ckpt-{event_count + labels_learned:012d}.scinol")
+        path = fs.join(folder, f"ckpt-{event_count + labels_learned:012d}.scinol")
         header = {
             "model": model,
             "event_count": int(event_count),
@@ -94,33 +91,25 @@ class CheckpointStore:
             "created_ms": int(time.time() * 1000),
             "source": self.source,
         }
-        manifest = {**header, **learner.header(), "uri": os.path.abspath(path), "n_coords": learner.state.n_coords}
+        manifest = {**header, **learner.header(), "uri": fs.absolute(path), "n_coords": learner.state.n_coords}
         manifest = write_durably(path, lambda tmp: learner.save(tmp, extra=header, aux=aux), manifest)
         self._prune(folder)
         return manifest
 
     def _paths(self, folder: str) -> list[str]:
-        try:
-            names = sorted((n for n in os.listdir(folder) if _NAME.match(n)), reverse=True)
-        except FileNotFoundError:
-            return []
-        return [os.path.join(folder, n) for n in names]
+        names = sorted((n for n in fs.listdir(folder) if _NAME.match(n)), reverse=True)
+        return [fs.join(folder, n) for n in names]
 
     def _prune(self, folder: str) -> None:
         for path in self._paths(folder)[self.keep:]:
-            for victim in (path, sidecar_path(path)):
-                if os.path.exists(victim):
-                    os.unlink(victim)
+            fs.delete(path, sidecar_path(path))
         # Temp files a crash left behind (never loaded: their names do not
         # match); only old ones, in case another writer is mid-write.
         now = time.time()
-        for name in os.listdir(folder):
-            victim = os.path.join(folder, name)
-            if _TEMP.match(name) and now - _mtime(victim) > STALE_TEMP_SECONDS:
-                try:
-                    os.unlink(victim)
-                except FileNotFoundError:
-                    pass
+        for name in fs.listdir(folder):
+            victim = fs.join(folder, name)
+            if _TEMP.match(name) and now - fs.mtime(victim) > STALE_TEMP_SECONDS:
+                fs.delete(victim)
 
     def latest(self, model: str) -> Checkpoint | None:
         """The newest valid checkpoint of ``model``; corrupt ones are skipped with a warning."""
@@ -128,21 +117,23 @@ class CheckpointStore:
 
     def models(self) -> list[str]:
         """Names of the models with a valid checkpoint (as stored in them)."""
-        if not os.path.isdir(self.directory):
-            return []
-        found = (self._newest(os.path.join(self.directory, entry)) for entry in sorted(os.listdir(self.directory)))
+        found = (self._newest(fs.join(self.directory, entry)) for entry in sorted(fs.listdir(self.directory)))
         return [c.model for c in found if c is not None]
 
     def _newest(self, folder: str, model: str | None = None) -> Checkpoint | None:
         for path in self._paths(folder):
-            problem = verify(path)
+            try:
+                source = fs.loadable(path)  # a remote file is read once: for its checksum and its load
+                problem = verify(path, source if isinstance(source, bytes) else None)
+            except OSError as exc:
+                problem = f"unreadable ({exc})"
             if problem is None:
                 try:
-                    ckpt = Checkpoint(path, OnlineLearner.load(path))
+                    ckpt = Checkpoint(path, OnlineLearner.load(source))
                     if model is None or ckpt.model == model:
                         return ckpt
                     problem = f"it is model {ckpt.model[:100]!r}'s"
-                except (StateFileError, KeyError, ValueError, TypeError) as exc:
+                except (StateFileError, KeyError, ValueError, TypeError, OSError) as exc:
                     problem = str(exc)
             if path not in _reported:  # once per process: the store is consulted several times at start
                 _reported.add(path)

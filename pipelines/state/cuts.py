@@ -17,14 +17,15 @@ the shards had predicted. A cut is usable when all K parts are present and
 valid; on start the newest usable cut is loaded (an older one when the
 newest is damaged, with a warning) and the events topic is read from its
 offsets.
+
+``directory`` may be a local folder or a URL of any filesystem Beam has
+registered (``gs://``, ``s3://``, ``hdfs://``): see :mod:`pipelines.state.store`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
-import shutil
 import time
 
 import numpy as np
@@ -33,6 +34,7 @@ from learners import OnlineLearner
 from learners.state import LearnerState, StateFileError, load_state, save_state
 
 from .checkpoints import _safe
+from . import store as fs
 from .store import verify, write_durably
 
 log = logging.getLogger(__name__)
@@ -58,7 +60,7 @@ class Cut:
 
     def shard(self, s: int) -> tuple[np.ndarray, LearnerState, dict]:
         """(global coordinates, state, header) of shard ``s``'s part."""
-        state, header = load_state(os.path.join(self.path, shard_file(s, self.n_shards)))
+        state, header = _load(fs.join(self.path, shard_file(s, self.n_shards)))
         coords = state.arrays.pop("coords")
         state.fill.pop("coords", None)
         return coords, state, header
@@ -79,10 +81,18 @@ class Cut:
         return learner
 
 
+def _load(path: str):
+    """load_state of a local or remote part (a remote one read once, as bytes)."""
+    try:
+        return load_state(fs.loadable(path))
+    except OSError as exc:
+        raise StateFileError(f"{path}: unreadable ({exc})") from None
+
+
 def load_cut(path: str) -> Cut:
     """The cut in directory ``path`` (StateFileError if incomplete or damaged)."""
-    parts = [n for n in os.listdir(path) if _PART.match(n)]
-    m = _CUT.match(os.path.basename(os.path.normpath(path)))
+    parts = [n for n in fs.listdir(path) if _PART.match(n)]
+    m = _CUT.match(fs.basename(path))
     if not parts or m is None:
         raise StateFileError(f"{path}: not a checkpoint cut directory (cut-<seq>/shard-<s>-of-<K>.scinol)")
     n_shards = int(_PART.match(parts[0]).group(1))
@@ -94,15 +104,16 @@ def load_cut(path: str) -> Cut:
 
 class CutStore:
     def __init__(self, directory: str, keep: int = 3, source: dict | None = None):
+        fs.check_location(directory)
         self.directory, self.keep = directory, keep
         self.source = source  # recorded in every part written
 
     def cut_dir(self, model: str, seq: int) -> str:
-        return os.path.join(self.directory, _safe(model), f"cut-{seq:012d}")
+        return fs.join(self.directory, _safe(model), f"cut-{seq:012d}")
 
     def save_shard(self, model: str, seq: int, shard: int, n_shards: int, coords: np.ndarray,
                    state: LearnerState, header: dict) -> str:
-        path = os.path.join(self.cut_dir(model, seq), shard_file(shard, n_shards))
+        path = fs.join(self.cut_dir(model, seq), shard_file(shard, n_shards))
         part = LearnerState({**state.arrays, "coords": coords}, state.scalars, {**state.fill, "coords": [-1]})
         where = {"model": model, "seq": int(seq), "shard": shard, "n_shards": n_shards}
         header = {**header, **where, "created_ms": int(time.time() * 1000), "source": self.source}
@@ -111,30 +122,28 @@ class CutStore:
         return path
 
     def _cuts(self, model: str) -> list[tuple[int, str]]:
-        return self._cuts_in(os.path.join(self.directory, _safe(model)))
+        return self._cuts_in(fs.join(self.directory, _safe(model)))
 
     @staticmethod
     def _cuts_in(folder: str) -> list[tuple[int, str]]:
-        try:
-            names = os.listdir(folder)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        return sorted(((int(m.group(1)), os.path.join(folder, n)) for n in names if (m := _CUT.match(n))),
+        names = fs.listdir(folder)
+        return sorted(((int(m.group(1)), fs.join(folder, n)) for n in names if (m := _CUT.match(n))),
                       reverse=True)
 
     @staticmethod
     def _check(path: str, seq: int, n_shards: int) -> tuple[Cut | None, str | None]:
         """(the cut, None) if complete and valid, else (None, why not)."""
         head = None
+        present = set(fs.listdir(path))
         for s in range(n_shards):
-            part = os.path.join(path, shard_file(s, n_shards))
-            if not os.path.exists(part):
+            part = fs.join(path, shard_file(s, n_shards))
+            if shard_file(s, n_shards) not in present:
                 return None, f"incomplete (no part of shard {s} of {n_shards})"
             problem = verify(part)
             if problem is not None:
                 return None, f"shard {s}'s part: {problem}"
             try:
-                state, header = load_state(part)
+                state, header = _load(part)
             except StateFileError as exc:
                 return None, str(exc)
             if header.get("seq") != seq:
@@ -147,7 +156,7 @@ class CutStore:
         """The cut at ``seq``, read from shard 0's part only: for the steps of
         a run whose driver already verified the whole cut (``latest``)."""
         path = self.cut_dir(model, seq)
-        state, header = load_state(os.path.join(path, shard_file(0, n_shards)))
+        state, header = _load(fs.join(path, shard_file(0, n_shards)))
         return Cut(path, seq, n_shards, {**header, "scalars": state.scalars})
 
     def latest(self, model: str, n_shards: int) -> Cut | None:
@@ -164,19 +173,17 @@ class CutStore:
         """Shard counts of the cuts on disk (to refuse a mismatched restart)."""
         counts = set()
         for _, path in self._cuts(model):
-            counts.update(int(m.group(1)) for n in os.listdir(path) if (m := _PART.match(n)))
+            counts.update(int(m.group(1)) for n in fs.listdir(path) if (m := _PART.match(n)))
         return counts
 
     def models(self) -> list[str]:
         """Names of the models with cuts (as stored in their parts)."""
-        if not os.path.isdir(self.directory):
-            return []
         names = []
-        for entry in sorted(os.listdir(self.directory)):
-            for _, path in self._cuts_in(os.path.join(self.directory, entry)):
-                parts = sorted(n for n in os.listdir(path) if _PART.match(n))
+        for entry in sorted(fs.listdir(self.directory)):
+            for _, path in self._cuts_in(fs.join(self.directory, entry)):
+                parts = sorted(n for n in fs.listdir(path) if _PART.match(n))
                 try:
-                    names.append(load_state(os.path.join(path, parts[0]))[1]["model"])
+                    names.append(_load(fs.join(path, parts[0]))[1]["model"])
                     break
                 except (IndexError, StateFileError, KeyError):
                     continue
@@ -189,6 +196,6 @@ class CutStore:
         wanted = [shard_file(s, n_shards) for s in range(n_shards)]
         for _seq, path in self._cuts(model):
             if complete >= self.keep:
-                shutil.rmtree(path, ignore_errors=True)
-            elif all(os.path.exists(os.path.join(path, name)) for name in wanted):
+                fs.delete(path)
+            elif set(wanted) <= set(fs.listdir(path)):
                 complete += 1

@@ -22,17 +22,16 @@ directory can have) and are written durably.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 
+from . import store as fs
 from .store import write_json_durably
 
 FOLDER = ".progress"
 
 
 def _folder(checkpoint_dir: str) -> str:
-    return os.path.join(checkpoint_dir, FOLDER)
+    return fs.join(checkpoint_dir, FOLDER)
 
 
 def _encode(offsets: dict[tuple[str, int], int]) -> list:
@@ -44,32 +43,24 @@ def _decode(entries: list) -> dict[tuple[str, int], int]:
 
 
 def write_run_start(checkpoint_dir: str, starts: dict[tuple[str, int], int]) -> None:
-    os.makedirs(_folder(checkpoint_dir), exist_ok=True)
-    write_json_durably(os.path.join(_folder(checkpoint_dir), "run-start.json"),
+    fs.makedirs(_folder(checkpoint_dir))
+    write_json_durably(fs.join(_folder(checkpoint_dir), "run-start.json"),
                        {"written_ns": time.time_ns(), "offsets": _encode(starts)})
 
 
 def write_worker(checkpoint_dir: str, worker: str, seen: dict[tuple[str, int], int]) -> None:
-    os.makedirs(_folder(checkpoint_dir), exist_ok=True)
-    write_json_durably(os.path.join(_folder(checkpoint_dir), f"worker-{worker}.json"),
+    fs.makedirs(_folder(checkpoint_dir))
+    write_json_durably(fs.join(_folder(checkpoint_dir), f"worker-{worker}.json"),
                        {"written_ns": time.time_ns(), "offsets": _encode(seen)})
-
-
-def _read(path: str) -> dict | None:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def floor(checkpoint_dir: str) -> dict[tuple[str, int], int] | None:
     """Per partition, the offset no restart may start past (None: no record)."""
     folder = _folder(checkpoint_dir)
-    start = _read(os.path.join(folder, "run-start.json"))
+    start = fs.read_json(fs.join(folder, "run-start.json"))
     if start is None:
         return None
-    workers = [w for w in (_read(os.path.join(folder, n)) for n in sorted(os.listdir(folder))
+    workers = [w for w in (fs.read_json(fs.join(folder, n)) for n in sorted(fs.listdir(folder))
                            if n.startswith("worker-")) if w and w["written_ns"] > start["written_ns"]]
     if not workers:
         return _decode(start["offsets"])

@@ -16,10 +16,10 @@ another ``--checkpoint-dir``.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import NamedTuple
 
+from . import store as fs
 from .checkpoints import CheckpointStore
 from .cuts import CutStore
 from .progress import floor
@@ -67,7 +67,7 @@ def resume_exact(checkpoint_dir: str | None, topic: str) -> ResumePoint:
     saved = [Saved(c.path, c.source, c.offsets) for c in found]
     bound = floor(checkpoint_dir)
     if bound is not None:
-        saved.append(Saved(os.path.join(checkpoint_dir, ".progress"), None, bound))
+        saved.append(Saved(fs.join(checkpoint_dir, ".progress"), None, bound))
     return ResumePoint({c.model: c.event_count for c in found}, earliest(saved, topic), saved)
 
 
@@ -131,14 +131,11 @@ def supersede(checkpoint_dir: str) -> str | None:
     """Move everything in ``checkpoint_dir`` into a ``.superseded-<time>``
     folder inside it (nothing is deleted); returns that folder, or None when
     there was nothing to move."""
-    try:
-        entries = [e for e in os.listdir(checkpoint_dir) if not e.startswith(".superseded-")]
-    except FileNotFoundError:
-        return None
+    entries = [e for e in fs.listdir(checkpoint_dir) if not e.startswith(".superseded-")]
     if not entries:
         return None
-    folder = os.path.join(checkpoint_dir, ".superseded-" + time.strftime("%Y%m%dT%H%M%S", time.gmtime()))
-    os.makedirs(folder, exist_ok=True)
+    folder = fs.join(checkpoint_dir, ".superseded-" + time.strftime("%Y%m%dT%H%M%S", time.gmtime()))
+    fs.makedirs(folder)
     for entry in entries:
-        os.replace(os.path.join(checkpoint_dir, entry), os.path.join(folder, entry))
+        fs.move(fs.join(checkpoint_dir, entry), fs.join(folder, entry))
     return folder

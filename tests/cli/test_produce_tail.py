@@ -1,4 +1,4 @@
-"""scinol produce and scinol tail against the real embedded broker."""
+"""scinol produce and scinol tail against real brokers (tansu and Apache Kafka)."""
 
 import csv
 import io

@@ -255,14 +255,17 @@ def test_dataflow_flex_template(dataflow_main, tmp_path):
     assert shlex.split("--enable-streaming-engine")[0] in text
 
 
-def test_a_url_as_checkpoint_directory_is_refused(capsys):
-    """The store is a filesystem one: `gs://b/ckpt` must not silently become a local directory "gs:"."""
+def test_a_checkpoint_url_without_a_filesystem_is_refused_in_one_line(capsys):
+    """URLs go through Beam's FileSystems; a scheme none serves is one line, and never a local folder."""
     from pipelines.cli.main import main
 
     assert main(["run", "--bootstrap", "127.0.0.1:1", "--topic", "t", "--predictions-topic", "p",
-                 "--checkpoint-dir", "gs://bucket/ckpt"]) == 2
-    assert "--checkpoint-dir must be a local or mounted directory" in capsys.readouterr().err
-    assert not os.path.exists("gs:")
+                 "--checkpoint-dir", "nosuch://bucket/ckpt"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert ("run: --checkpoint-dir nosuch://bucket/ckpt: cannot keep checkpoints at nosuch://: "
+            "no Beam filesystem for that scheme is installed") in err
+    assert not os.path.exists("nosuch:")
 
 
 def test_the_readme_names_what_was_not_run_and_the_flink_options_that_were():

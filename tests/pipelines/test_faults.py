@@ -13,9 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from tests.support.faultkit import TcpProxy
+from tests.support.faultkit import TcpProxy, make_broker
 from learners import make_learner
-from pipelines.kafka.broker import EmbeddedBroker
 from pipelines.state.checkpoints import STALE_TEMP_SECONDS, CheckpointStore
 from pipelines.kafka.producer import KafkaDeliveryError, KafkaWriter
 from tests.support.trialkit import Fault, make_stream, reference_learners, run_broker_fault_trial, run_trial
@@ -123,12 +122,13 @@ def test_stale_temp_files_of_a_crash_are_pruned_fresh_ones_kept(tmp_path):
 @pytest.mark.slow
 # --------------------------------------------------------------------------- broker faults
 
-def test_broker_paused_then_resumed(stream, tmp_path):
+def test_broker_paused_then_resumed(broker_kind, stream, tmp_path):
     """SIGSTOP (10 s here, 30 s in benchmarks/fault_trials.py). Short client
     timeouts make the 10 s pause visible to the clients, as 30 s is with the
     defaults."""
     result = run_broker_fault_trial("sigstop", 10, stream, str(tmp_path), (
-        "--kafka-config", "socket.timeout.ms=2000", "--kafka-config", "api.version.request.timeout.ms=2000"))
+        "--kafka-config", "socket.timeout.ms=2000", "--kafka-config", "api.version.request.timeout.ms=2000"),
+        broker_kind=broker_kind)
     _assert_survived(result)
     assert result.fallback_warnings >= 1, result.notes  # the pipeline said so
     assert "recoveries reported" in result.notes[0] and not result.notes[0].endswith(" 0 recoveries reported")
@@ -136,8 +136,8 @@ def test_broker_paused_then_resumed(stream, tmp_path):
 
 @pytest.mark.kafka
 @pytest.mark.slow
-def test_broker_port_refusing_connections(stream, tmp_path):
-    result = run_broker_fault_trial("refuse", 8, stream, str(tmp_path))
+def test_broker_port_refusing_connections(broker_kind, stream, tmp_path):
+    result = run_broker_fault_trial("refuse", 8, stream, str(tmp_path), broker_kind=broker_kind)
     _assert_survived(result)
     assert result.fallback_warnings >= 1, result.notes
     assert not result.notes[0].endswith(" 0 recoveries reported"), result.notes
@@ -145,11 +145,11 @@ def test_broker_port_refusing_connections(stream, tmp_path):
 
 @pytest.mark.kafka
 @pytest.mark.slow
-def test_writer_waits_out_a_refusing_broker_and_says_so(caplog):
+def test_writer_waits_out_a_refusing_broker_and_says_so(broker_kind, caplog):
     """The prediction writer's flush (before every checkpoint) rides out an
     outage with warnings, where it used to give up after 60 s."""
     proxy = TcpProxy(target_port=0)
-    broker = EmbeddedBroker(advertised_port=proxy.port)
+    broker = make_broker(broker_kind, advertised_port=proxy.port)
     proxy.target_port = broker.port
     with proxy, broker:
         writer = KafkaWriter(f"127.0.0.1:{proxy.port}", "writer-outage")

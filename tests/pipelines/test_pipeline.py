@@ -1,4 +1,4 @@
-"""The exact-mode pipeline end to end on the embedded broker: Kafka events in,
+"""The exact-mode pipeline end to end on both brokers (tansu, Apache Kafka): Kafka events in,
 predictions and checkpoints out, equal to the in-memory learner."""
 
 import signal

@@ -1,4 +1,4 @@
-"""Sharded mode end to end on the embedded broker: K feature shards in
+"""Sharded mode end to end on both brokers (tansu, Apache Kafka): K feature shards in
 stateful steps, g_t fed back through a Kafka topic, checkpoint cuts."""
 
 import subprocess

@@ -5,10 +5,11 @@
   the broker's advertised port answers connection attempts with a refusal
   (RST), exactly what clients see when a broker host is down; ``accept()``
   listens again on the same port.
-- :class:`ProxiedBroker`: an embedded tansu broker that advertises the proxy's
-  port, so after bootstrapping every client talks to the broker through the
-  proxy (tansu keeps nothing across its own restart, so stopping it is not a
-  way to make its port refuse connections).
+- :class:`ProxiedBroker`: a broker (the embedded tansu broker, or Apache
+  Kafka with ``kind="kafka"``) that advertises the proxy's port, so after
+  bootstrapping every client talks to the broker through the proxy (tansu
+  keeps nothing across its own restart, so stopping it is not a way to make
+  its port refuse connections).
 - :func:`pause_process`: SIGSTOP a process, SIGCONT after a while.
 - :func:`scinol_run_command` / :func:`kill_at_checkpoint_pause`: start
   ``scinol run`` as a child process and kill -9 it, at a random moment or
@@ -133,13 +134,14 @@ def _close(sock: socket.socket, reset: bool = False) -> None:
 
 
 class ProxiedBroker:
-    """An embedded broker reachable only through a :class:`TcpProxy`: it
-    advertises the proxy's port, so every client (the test's own included)
-    talks to it through the proxy after bootstrapping on ``bootstrap``."""
+    """A broker reachable only through a :class:`TcpProxy`: it advertises
+    the proxy's port, so every client (the test's own included) talks to it
+    through the proxy after bootstrapping on ``bootstrap``. ``kind``:
+    ``tansu`` (embedded) or ``kafka`` (Apache Kafka, provisioned)."""
 
-    def __init__(self):
+    def __init__(self, kind: str = "tansu"):
         self.proxy = TcpProxy(target_port=free_port())
-        self.broker = EmbeddedBroker(port=self.proxy.target_port, advertised_port=self.proxy.port)
+        self.broker = make_broker(kind, port=self.proxy.target_port, advertised_port=self.proxy.port)
 
     @property
     def bootstrap(self) -> str:
@@ -157,6 +159,17 @@ class ProxiedBroker:
     def __exit__(self, *exc) -> None:
         self.broker.stop()
         self.proxy.close()
+
+
+def make_broker(kind: str, **kwargs):
+    """An unstarted broker of ``kind`` (``tansu`` or ``kafka``)."""
+    if kind == "kafka":
+        from pipelines.kafka.apache_broker import ApacheKafkaBroker
+
+        return ApacheKafkaBroker(**kwargs)
+    if kind != "tansu":
+        raise ValueError(f"no broker kind {kind!r} (tansu, kafka)")
+    return EmbeddedBroker(**kwargs)
 
 
 def pause_process(pid: int, seconds: float) -> None:

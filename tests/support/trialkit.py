@@ -348,10 +348,11 @@ def _produce_paced(bootstrap: str, topic: str, stream: Stream, start: int, secon
 
 
 def run_broker_fault_trial(kind: str, seconds: float, stream: Stream, work: str,
-                           extra_flags: tuple = ()) -> TrialResult:
-    """``scinol run`` through a broker that is paused (kind ``sigstop``) or
-    whose port refuses connections (``refuse``) for ``seconds`` while events
-    keep coming; it must finish by itself with everything learned once."""
+                           extra_flags: tuple = (), broker_kind: str = "tansu") -> TrialResult:
+    """``scinol run`` through a broker (``broker_kind``: tansu or kafka) that
+    is paused (kind ``sigstop``) or whose port refuses connections
+    (``refuse``) for ``seconds`` while events keep coming; it must finish by
+    itself with everything learned once."""
     import threading
 
     from tests.support.faultkit import ProxiedBroker, pause_process
@@ -365,7 +366,7 @@ def run_broker_fault_trial(kind: str, seconds: float, stream: Stream, work: str,
     assert len(lengths) == 1, "the partitions must be equally long (--stop-after)"
     half = lengths.pop() // 2
     try:
-        with ProxiedBroker() as broker:
+        with ProxiedBroker(broker_kind) as broker:
             first = Stream(stream.n_per_model, values={p: v[:half] for p, v in stream.values.items()})
             produce_stream(broker.bootstrap, topic, first)
             cmd = scinol_run_command(broker.bootstrap, topic, ckpt_dir, *RUN_FLAGS, "--stop-after",
