@@ -164,14 +164,16 @@ def columnar_batches(events: list[dict], batch: int, hash_bits: int) -> list[lis
     return out
 
 
-def _timed(run, repeats: int) -> float:
-    """Best of ``repeats`` wall times of ``run()`` (each on a fresh runner)."""
-    best = math.inf
+def _timed(base, other, repeats: int) -> tuple[float, float]:
+    """Best of ``repeats`` wall times of ``base()`` and ``other()``, run in
+    turn so that a busy machine slows both alike."""
+    best = [math.inf, math.inf]
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        for k, run in enumerate((base, other)):
+            t0 = time.perf_counter()
+            run()
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return best[0], best[1]
 
 
 def late_label_speed(n: int, batch: int, repeats: int) -> tuple[float, float]:
@@ -200,7 +202,8 @@ def late_label_speed(n: int, batch: int, repeats: int) -> tuple[float, float]:
         assert runner.labels_learned == n
 
     with_inline()  # compiles the kernels before the clock starts
-    return n / _timed(with_inline, repeats), n / _timed(with_late, repeats)
+    t_inline, t_late = _timed(with_inline, with_late, repeats)
+    return n / t_inline, n / t_late
 
 
 def interaction_speed(n: int, batch: int, repeats: int, cross: str = "ab") -> tuple[float, float]:
@@ -216,7 +219,8 @@ def interaction_speed(n: int, batch: int, repeats: int, cross: str = "ab") -> tu
         return go
 
     learn(None)(), learn([cross])()  # compile
-    return n / _timed(learn(None), repeats), n / _timed(learn([cross]), repeats)
+    t_plain, t_crossed = _timed(learn(None), learn([cross]), repeats)
+    return n / t_plain, n / t_crossed
 
 
 def main(argv=None) -> int:
