@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
 from typing import NamedTuple
 
@@ -199,7 +200,8 @@ def late_label_speed(n: int, batch: int, repeats: int) -> tuple[float, float]:
             if k:
                 runner.process_labels(labels[k - 1])
         runner.process_labels(labels[-1])
-        assert runner.labels_learned == n
+        if runner.labels_learned != n:
+            raise RuntimeError(f"learned {runner.labels_learned} labels of {n}")
 
     with_inline()  # compiles the kernels before the clock starts
     t_inline, t_late = _timed(with_inline, with_late, repeats)
@@ -223,18 +225,29 @@ def interaction_speed(n: int, batch: int, repeats: int, cross: str = "ab") -> tu
     return n / t_plain, n / t_crossed
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--events", type=int, default=50_000, help="events of the learning-curve stream")
-    p.add_argument("--speed-events", type=int, default=100_000, help="events of the throughput figures")
-    p.add_argument("--batch", type=int, default=2000, help="events per ModelRunner call (the pipeline's --max-batch)")
-    p.add_argument("--repeats", type=int, default=3, help="best of N for the throughput figures")
+    p.add_argument("--events", type=_at_least_one, default=50_000, help="events of the learning-curve stream")
+    p.add_argument("--speed-events", type=_at_least_one, default=100_000, help="events of the throughput figures")
+    p.add_argument("--batch", type=_at_least_one, default=2000,
+                   help="events per ModelRunner call (the pipeline's --max-batch)")
+    p.add_argument("--repeats", type=_at_least_one, default=3, help="best of N for the throughput figures")
     p.add_argument("--out", default="docs", help="folder of delayed_labels.png")
     p.add_argument("--no-speed", action="store_true", help="only the learning curve")
     args = p.parse_args(argv)
-    import os
-
+    started = time.perf_counter()
     result = curves(args.events)
+    os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "delayed_labels.png")
     figure(result, path, args.events)
     print(f"{path}: progressive loss in label-arrival order, {args.events:,} events\n{table(result)}")
@@ -246,6 +259,7 @@ def main(argv=None) -> int:
         print(f"| labels inline | {inline:,.0f} | labels one batch late (process_labels) | {late:,.0f} "
               f"| ratio {late / inline:.2f} |")
         print(f"| no crosses | {plain:,.0f} | -q ab | {crossed:,.0f} | ratio {crossed / plain:.2f} |")
+    print(f"\nwall time {time.perf_counter() - started:.0f} s")
     return 0
 
 

@@ -3,6 +3,7 @@ table, a label that comes right after its event gives the inline curve
 exactly, and the model learns each event once whatever the delay."""
 
 import numpy as np
+import pytest
 
 from learners import make_learner
 from pipelines.bench.delayed_labels import curves, delayed_losses, main, schedule, toy_events
@@ -35,3 +36,10 @@ def test_the_command_writes_the_png_and_prints_the_figures(tmp_path, capsys):
     assert_png(tmp_path / "delayed_labels.png")
     assert "| D = 10,000 |" in out and "| D = 0 |" in out
     assert "-q ab" in out and "process_labels" in out
+
+
+def test_a_bad_count_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--events", "0"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("argument --events: must be at least 1, not 0")
