@@ -110,12 +110,12 @@ def read_raw(bootstrap: str, topic: str) -> list[tuple[int, int, bytes]]:
         consumer.close()
 
 
-def test_the_stand_in_broker_shows_aborted_data_to_read_committed_consumers(kafka_bootstrap, topic_name):
+def test_the_stand_in_broker_shows_aborted_data_to_read_committed_consumers(tansu_bootstrap, topic_name):
     """Why docs/runners.md calls --exactly-once at-least-once on tansu: it
     takes transactions, but a read_committed consumer still sees what was
     aborted. (If this starts failing, tansu has fixed it: update the docs.)"""
-    produce_events(kafka_bootstrap, topic_name, [], partitions=1, progress=False)
-    out = TransactionalOutput(kafka_bootstrap, topic_name, "probe-" + topic_name, timeout=10)
+    produce_events(tansu_bootstrap, topic_name, [], partitions=1, progress=False)
+    out = TransactionalOutput(tansu_bootstrap, topic_name, "probe-" + topic_name, timeout=10)
     try:
         producer = out.writer.producer
         producer.begin_transaction()
@@ -125,4 +125,4 @@ def test_the_stand_in_broker_shows_aborted_data_to_read_committed_consumers(kafk
         out.commit([(b"committed", None)], {(topic_name, 0): 1})
     finally:
         out.close()
-    assert [v for _, _, v in read_raw(kafka_bootstrap, topic_name)] == [b"aborted", b"committed"]
+    assert [v for _, _, v in read_raw(tansu_bootstrap, topic_name)] == [b"aborted", b"committed"]

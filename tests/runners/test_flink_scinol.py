@@ -1,5 +1,5 @@
 """The project's own pipeline on Apache Flink (embedded MiniCluster and a
-2-TaskManager session cluster) against a real broker: the predictions equal
+2-TaskManager session cluster), Apache Kafka in and out: the predictions equal
 the single-process learner's, and a TaskManager killed with SIGKILL mid-stream
 costs no update and applies none twice (the model lives in Beam state, which
 Flink snapshots together with the Kafka source's position)."""
@@ -23,6 +23,16 @@ from tests.support.trialkit import read_topic
 pytestmark = [pytest.mark.flink, pytest.mark.slow]
 
 
+@pytest.fixture(scope="module")
+def apache_kafka():
+    from pipelines.kafka.apache_broker import ApacheKafkaBroker
+    from tests.kafka.test_apache_broker import _started
+
+    broker = _started(ApacheKafkaBroker())
+    yield broker
+    broker.stop()
+
+
 def flink_args(jar, master: str, *more: str) -> list[str]:
     return ["--runner=FlinkRunner", f"--flink_master={master}", f"--flink_job_server_jar={jar}",
             f"--flink_version={DEFAULT_FLINK_VERSION}", "--environment_type=LOOPBACK", *more]
@@ -38,7 +48,8 @@ def predictions_of(bootstrap, topic):
 
 
 def test_exact_mode_on_embedded_flink_equals_the_single_process_learner(
-        kafka_bootstrap, topic_name, tmp_path, flink_job_server_jar):
+        apache_kafka, topic_name, tmp_path, flink_job_server_jar):
+    kafka_bootstrap = apache_kafka.bootstrap
     X, y, events = toy_stream(3000, unlabelled_every=7)
     produce_events(kafka_bootstrap, topic_name, events, partitions=1, progress=False)
     cfg = config(kafka_bootstrap, topic_name, tmp_path, checkpoint_every=1000,
@@ -53,9 +64,10 @@ def test_exact_mode_on_embedded_flink_equals_the_single_process_learner(
     np.testing.assert_array_equal(final.learner.state.arrays["P"], learner.state.arrays["P"][:final.learner.state.n_coords])
 
 
-def test_sharded_mode_on_embedded_flink_equals_exact_mode(kafka_bootstrap, topic_name, tmp_path,
+def test_sharded_mode_on_embedded_flink_equals_exact_mode(apache_kafka, topic_name, tmp_path,
                                                           flink_job_server_jar):
-    X, y, events = toy_stream(150)
+    kafka_bootstrap = apache_kafka.bootstrap
+    X, y, events = toy_stream(60)
     produce_events(kafka_bootstrap, topic_name, events, partitions=1, progress=False)
     # One Kafka round trip per event at staleness 0: short bundles keep it quick.
     cfg = config(kafka_bootstrap, topic_name, tmp_path, shards=2, max_staleness=0,
@@ -83,16 +95,6 @@ def _wait(condition, timeout: float, what: str) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.5)
-
-
-@pytest.fixture(scope="module")
-def apache_kafka():
-    from pipelines.kafka.apache_broker import ApacheKafkaBroker
-    from tests.kafka.test_apache_broker import _started
-
-    broker = _started(ApacheKafkaBroker())
-    yield broker
-    broker.stop()
 
 
 def _model_at(ckpt_dir: str, n: int) -> bool:
