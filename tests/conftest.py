@@ -16,7 +16,11 @@ and a quirk of one cannot hide a bug (``-m tansu`` or ``-m apache_kafka``
 picks one half). One broker of each kind per session, started on first
 use. A test about the pipeline's own logic rather than the
 broker may take ``tansu_bootstrap`` instead (the embedded broker only):
-that halves its time, and is a choice to state, not a default.
+that halves its time, and is a choice to state, not a default. The
+command-line runner tests (Flink, Prism) take ``tansu_bootstrap``; the
+pipeline's Flink tests (tests/runners/test_flink_scinol.py) run on Apache
+Kafka with a broker of their own. ``apache_kafka_bootstrap`` gives the
+session's Apache Kafka alone.
 """
 
 import os
@@ -40,12 +44,17 @@ INTEGRATION = ("kafka", "registry", "flink")
 def pytest_configure(config):
     for name, what in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
+    if _in_ci() and not config.option.durations:
+        config.option.durations = 25  # CI has a time budget: show where it goes
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if {"kafka_bootstrap", "tansu_bootstrap", "broker_kind"} & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if {"kafka_bootstrap", "tansu_bootstrap", "apache_kafka_bootstrap", "broker_kind"} & fixtures:
             item.add_marker(pytest.mark.kafka)
+        if "apache_kafka_bootstrap" in fixtures:
+            item.add_marker(pytest.mark.apache_kafka)
         if "schema_registry" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.registry)
 
@@ -141,6 +150,13 @@ def broker_kind(request):
     if request.param == "kafka":
         _provision_kafka()
     return request.param
+
+
+@pytest.fixture(scope="session")
+def apache_kafka_bootstrap(_brokers):
+    """The session's Apache Kafka only: for runner tests (Flink, Prism),
+    whose subject is the runner, run against the production broker."""
+    return _broker("kafka", _brokers)
 
 
 @pytest.fixture(scope="session")

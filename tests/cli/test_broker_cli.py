@@ -26,7 +26,14 @@ def port_open(bootstrap: str) -> bool:
 def produce_and_consume(bootstrap: str) -> bytes:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
+    from confluent_kafka.admin import AdminClient, NewTopic
+
     topic = f"broker-cli-{uuid.uuid4().hex[:8]}"
+    # Created first, not by the produce: a consumer assigned to a topic that
+    # appeared a moment ago was once seen (tansu, loaded machine) to read nothing.
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 1)]).values():
+        future.result(30)
     producer = Producer({"bootstrap.servers": bootstrap})
     producer.produce(topic, b"hello")
     assert producer.flush(30) == 0

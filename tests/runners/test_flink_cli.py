@@ -48,7 +48,8 @@ def run_on(master: str, bootstrap: str, topic: str, tmp_path) -> subprocess.Comp
                   master, "--parallelism", "2", timeout=600)
 
 
-def test_up_run_twice_status_and_down(tmp_path, flink_home, flink_job_server_jar, kafka_bootstrap, topic_name):
+def test_up_run_twice_status_and_down(tmp_path, flink_home, flink_job_server_jar, tansu_bootstrap,
+                                      topic_name):
     state_dir = str(tmp_path / "session")
     port = free_port()
     first = scinol("flink", "up", "--taskmanagers", "2", "--port", str(port), "--state-dir", state_dir)
@@ -63,11 +64,11 @@ def test_up_run_twice_status_and_down(tmp_path, flink_home, flink_job_server_jar
         assert len(set(pids)) == 4 and all(alive(pid) for pid in pids)
 
         _, _, events = toy_stream(100)
-        produce_events(kafka_bootstrap, topic_name, events, partitions=2, progress=False)
-        ran = run_on(f"localhost:{port}", kafka_bootstrap, topic_name, tmp_path)
+        produce_events(tansu_bootstrap, topic_name, events, partitions=2, progress=False)
+        ran = run_on(f"localhost:{port}", tansu_bootstrap, topic_name, tmp_path)
         assert ran.returncode == 0, ran.stderr[-3000:]
         assert "100 messages read, 100 predictions written, 0 dead letters" in ran.stderr
-        preds = read_topic(kafka_bootstrap, topic_name + ".pred")
+        preds = read_topic(tansu_bootstrap, topic_name + ".pred")
         assert sorted(p["event_id"] for _, _, p in preds) == sorted(e["id"] for e in events)
         with urllib.request.urlopen(f"http://localhost:{port}/jobs/overview", timeout=10) as resp:
             jobs = json.load(resp)["jobs"]

@@ -22,12 +22,12 @@ pytestmark = [pytest.mark.flink, pytest.mark.slow]
 
 
 def test_scinol_run_on_embedded_flink_predicts_every_event_as_one_process_would(
-        kafka_bootstrap, topic_name, tmp_path, flink_job_server_jar):
+        tansu_bootstrap, topic_name, tmp_path, flink_job_server_jar):
     X, y, events = toy_stream(100)
-    produce_events(kafka_bootstrap, topic_name, events, partitions=1, progress=False)
+    produce_events(tansu_bootstrap, topic_name, events, partitions=1, progress=False)
     predictions = topic_name + ".pred"
     proc = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", kafka_bootstrap, "--topic", topic_name,
+        [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", tansu_bootstrap, "--topic", topic_name,
          "--predictions-topic", predictions, "--bounded", "--checkpoint-dir", str(tmp_path / "ckpt"),
          "--runner", "flink"],
         capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
@@ -35,7 +35,7 @@ def test_scinol_run_on_embedded_flink_predicts_every_event_as_one_process_would(
     assert "runner flink at [local]" in proc.stderr
     assert "scinol run: done: 100 messages read, 100 predictions written, 0 dead letters" in proc.stderr
     assert "Traceback" not in proc.stderr
-    preds = [record for _, _, record in read_topic(kafka_bootstrap, predictions)]
+    preds = [record for _, _, record in read_topic(tansu_bootstrap, predictions)]
     assert [p["event_id"] for p in preds] == [e["id"] for e in events]
     want = make_learner("scinol2", "logistic").learn(X, y)
     np.testing.assert_allclose([p["score"] for p in preds], want, rtol=1e-12, atol=1e-300)
@@ -56,20 +56,20 @@ def children(pid: int) -> dict[int, str]:
     return found
 
 
-def test_sigterm_stops_an_unbounded_flink_run_and_its_job_server(kafka_bootstrap, topic_name, tmp_path,
-                                                                 flink_job_server_jar):
+def test_sigterm_stops_an_unbounded_flink_run_and_its_job_server(tansu_bootstrap, topic_name,
+                                                                 tmp_path, flink_job_server_jar):
     _, _, events = toy_stream(20)
-    produce_events(kafka_bootstrap, topic_name, events, partitions=1, progress=False)
+    produce_events(tansu_bootstrap, topic_name, events, partitions=1, progress=False)
     predictions = topic_name + ".pred"
     err_path = tmp_path / "stderr"
     with open(err_path, "w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", kafka_bootstrap, "--topic", topic_name,
+            [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", tansu_bootstrap, "--topic", topic_name,
              "--predictions-topic", predictions, "--checkpoint-dir", str(tmp_path / "ckpt"), "--runner", "flink",
              "--checkpointing-interval", "2000"], stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300
-        while len(read_topic(kafka_bootstrap, predictions, timeout=5) if topic_exists(kafka_bootstrap, predictions)
+        while len(read_topic(tansu_bootstrap, predictions, timeout=5) if topic_exists(tansu_bootstrap, predictions)
                   else []) < len(events):
             assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()[-3000:]
             time.sleep(2)
