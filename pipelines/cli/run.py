@@ -110,9 +110,14 @@ def _closed_by_the_runner(exc) -> bool:
         return False
 
 
+_HUNG_UP = "Channel closed prematurely"  # Beam's data plane, when the runner's end of the channel went away
+
+
 class _RunnerHangUps(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and _closed_by_the_runner(record.exc_info[1]))
+        if record.exc_info and (_closed_by_the_runner(record.exc_info[1]) or _HUNG_UP in str(record.exc_info[1])):
+            return False
+        return _HUNG_UP not in record.getMessage()
 
 
 def _quiet_runner_hang_ups() -> None:
@@ -123,12 +128,13 @@ def _quiet_runner_hang_ups() -> None:
     default = threading.excepthook
 
     def hook(hook_args):
-        if not _closed_by_the_runner(hook_args.exc_value):
+        if not (_closed_by_the_runner(hook_args.exc_value) or _HUNG_UP in str(hook_args.exc_value)):
             default(hook_args)
 
     hook.scinol = True
     threading.excepthook = hook
-    logging.getLogger("apache_beam.runners.worker.data_plane").addFilter(_RunnerHangUps())
+    for name in ("apache_beam.runners.worker.data_plane", "apache_beam.runners.worker.sdk_worker"):
+        logging.getLogger(name).addFilter(_RunnerHangUps())
 
 
 def _interrupt(*_) -> None:
