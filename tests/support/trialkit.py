@@ -120,9 +120,10 @@ def reference_learners(stream: Stream) -> dict:
     return out
 
 
-def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[tuple[int, int, dict]]:
-    """Every record of ``topic`` as (partition, offset, decoded), read to the end of each partition."""
-    codec = Codec()
+def read_topic(bootstrap: str, topic: str, timeout: float = 60.0, raw: bool = False) -> list[tuple[int, int, dict]]:
+    """Every record of ``topic`` as (partition, offset, decoded), read to the
+    end of each partition (``raw``: the value's bytes, not decoded)."""
+    decode = bytes if raw else Codec().decode
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"trial-read-{time.time_ns()}",
                          "enable.auto.commit": False, "enable.partition.eof": True})
     try:
@@ -135,7 +136,7 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[tuple[
             for m in consumer.consume(5000, timeout=0.5):
                 err = m.error()
                 if err is None:
-                    out.append((m.partition(), m.offset(), codec.decode(m.value())))
+                    out.append((m.partition(), m.offset(), decode(m.value())))
                 elif err.code() == KafkaError._PARTITION_EOF:
                     pending.discard(m.partition())
         assert not pending, f"{topic}: no end of partitions {sorted(pending)} within {timeout} s"
@@ -328,8 +329,10 @@ def _verify(bootstrap, topic, ckpt_dir, stream: Stream, references: dict, result
 def _produce_paced(bootstrap: str, topic: str, stream: Stream, start: int, seconds: float) -> None:
     """Produce each partition's values from ``start`` on, spread over ``seconds``."""
     # (quiet: this client's own reconnect messages during the fault are not the pipeline's)
+    # idempotent, as the pipeline's own producer: without it a retry during
+    # the fault can reorder or repeat the input, and the learned order with it
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "message.max.bytes": 2_000_000,
-                         "log_level": 0})
+                         "enable.idempotence": True, "log_level": 0})
     rows = [(p, v) for i in range(start, max(map(len, stream.values.values())))
             for p, values in stream.values.items() if i < len(values) for v in [values[i]]]
     errors, t0 = [], time.monotonic()
@@ -345,6 +348,18 @@ def _produce_paced(bootstrap: str, topic: str, stream: Stream, start: int, secon
                 producer.poll(0.05)
         producer.poll(0)
     assert producer.flush(300) == 0 and not errors, errors[:1]
+
+
+def _check_input_order(bootstrap: str, topic: str, stream: Stream) -> None:
+    """The models are compared with references learned in the stream's order:
+    the topic must hold exactly that order, or a difference is the feeder's."""
+    written = collections.defaultdict(list)
+    for p, _, value in read_topic(bootstrap, topic, raw=True):
+        written[p].append(value)
+    for p, values in stream.values.items():
+        if written[p] != list(values):
+            raise RuntimeError(f"input partition {p} does not hold the stream in order (test harness, not "
+                               f"the pipeline): {len(written[p])} records for {len(values)} produced")
 
 
 def run_broker_fault_trial(kind: str, seconds: float, stream: Stream, work: str,
@@ -402,6 +417,7 @@ def run_broker_fault_trial(kind: str, seconds: float, stream: Stream, work: str,
             result.notes.append(f"{text.count('broker trouble')} broker-trouble and {text.count('has not acknowledged')}"
                                 f" delivery-wait warnings, {text.count('working again')} recoveries reported")
             result.fallback_warnings = reports
+            _check_input_order(broker.bootstrap, topic, stream)
             _verify(broker.bootstrap, topic, ckpt_dir, stream, reference_learners(stream), result)
     except Exception as exc:  # noqa: BLE001
         result.errors.append(f"{type(exc).__name__}: {exc}")
