@@ -10,12 +10,10 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
-from learners import make_learner
 from pipelines.records.topics import produce_events
-from tests.support.runs import toy_stream
+from tests.support.runs import assert_predicted_as_one_process, bounded_cli_run, toy_stream
 from tests.support.trialkit import read_topic
 
 pytestmark = [pytest.mark.flink, pytest.mark.slow]
@@ -23,22 +21,12 @@ pytestmark = [pytest.mark.flink, pytest.mark.slow]
 
 def test_scinol_run_on_embedded_flink_predicts_every_event_as_one_process_would(
         tansu_bootstrap, topic_name, tmp_path, flink_job_server_jar):
-    X, y, events = toy_stream(100)
-    produce_events(tansu_bootstrap, topic_name, events, partitions=1, progress=False)
-    predictions = topic_name + ".pred"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", tansu_bootstrap, "--topic", topic_name,
-         "--predictions-topic", predictions, "--bounded", "--checkpoint-dir", str(tmp_path / "ckpt"),
-         "--runner", "flink"],
-        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    proc, X, y, events = bounded_cli_run(tansu_bootstrap, topic_name, 100, tmp_path, "--runner", "flink")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "runner flink at [local]" in proc.stderr
     assert "scinol run: done: 100 messages read, 100 predictions written, 0 dead letters" in proc.stderr
     assert "Traceback" not in proc.stderr
-    preds = [record for _, _, record in read_topic(tansu_bootstrap, predictions)]
-    assert [p["event_id"] for p in preds] == [e["id"] for e in events]
-    want = make_learner("scinol2", "logistic").learn(X, y)
-    np.testing.assert_allclose([p["score"] for p in preds], want, rtol=1e-12, atol=1e-300)
+    assert_predicted_as_one_process(tansu_bootstrap, topic_name + ".pred", X, y, events)
 
 
 def children(pid: int) -> dict[int, str]:
