@@ -136,12 +136,16 @@ class RunSummary(NamedTuple):
     events: int
     predictions: int
     dead_letters: dict
+    skipped: int = 0
+    """Events a model skipped as covered by its state (exact mode)."""
 
     def line(self) -> str:
         dead = sum(self.dead_letters.values())
         reasons = ", ".join(f"{r} {n:,}" for r, n in sorted(self.dead_letters.items()))
+        skipped = (f"; {self.skipped:,} events skipped as covered by the model's state (a replay after a restore, "
+                   "or a runner that reordered a partition)") if self.skipped else ""
         return (f"{self.events:,} messages read, {self.predictions:,} predictions written, {dead:,} dead letters"
-                + (f" ({reasons})" if reasons else ""))
+                + (f" ({reasons})" if reasons else "") + skipped)
 
     @property
     def only_dead_letters(self) -> bool:
@@ -160,4 +164,4 @@ def summarize(result) -> RunSummary | None:
         totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + int(value or 0)
     prefix = "dead_letters_"
     dead = {name[len(prefix):]: n for name, n in totals.items() if name.startswith(prefix) and n}
-    return RunSummary(totals.get("events", 0), totals.get("predictions", 0), dead)
+    return RunSummary(totals.get("events", 0), totals.get("predictions", 0), dead, totals.get("skipped_as_covered", 0))

@@ -104,6 +104,9 @@ class LearnModels(beam.DoFn):
         self.dlq: KafkaWriter | None = None
         self.predictions = Metrics.counter(NAMESPACE, "predictions")
         self.resent = Metrics.counter(NAMESPACE, "predictions_not_resent")
+        # Events at offsets the model's state already covers: a replay after a
+        # restore, or a runner that reordered a partition (a loss: reported).
+        self.skipped = Metrics.counter(NAMESPACE, "skipped_as_covered")
         self.outputs: dict[str, TransactionalOutput] = {}  # model -> its writer, with --exactly-once
         self.fired_at: dict[str, int] = {}  # model -> its event count when END last fired
         self.seen: dict[tuple[str, int], int] = {}  # (topic, partition) -> next offset, over all models here
@@ -163,6 +166,8 @@ class LearnModels(beam.DoFn):
             self._dead_letters(dead)
         else:
             fresh = runner.fresh(items)
+            if len(fresh) < len(items):
+                self.skipped.inc(len(items) - len(fresh))
             predictions = runner.process(fresh)
             keys = [prediction_key(event, position) for position, event in fresh]
             answering = [position for position, _ in fresh]

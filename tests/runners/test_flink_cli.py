@@ -13,8 +13,10 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from learners import make_learner
 from pipelines.cli.main import main
 from pipelines.records.topics import produce_events
 from tests.support.runs import toy_stream
@@ -63,13 +65,20 @@ def test_up_run_twice_status_and_down(tmp_path, flink_home, flink_job_server_jar
         pids = [state["keeper"], state["jobmanager"], *state["taskmanagers"]]
         assert len(set(pids)) == 4 and all(alive(pid) for pid in pids)
 
-        _, _, events = toy_stream(100)
+        # two models, one per partition (round robin): each must learn its partition in order,
+        # as one process would, though the partitions are read by two TaskManagers
+        streams = [toy_stream(300, seed=m, model=f"m{m}") for m in range(2)]
+        events = [s[2][i] for i in range(300) for s in streams]
         produce_events(tansu_bootstrap, topic_name, events, partitions=2, progress=False)
         ran = run_on(f"localhost:{port}", tansu_bootstrap, topic_name, tmp_path)
         assert ran.returncode == 0, ran.stderr[-3000:]
-        assert "100 messages read, 100 predictions written, 0 dead letters" in ran.stderr
-        preds = read_topic(tansu_bootstrap, topic_name + ".pred")
-        assert sorted(p["event_id"] for _, _, p in preds) == sorted(e["id"] for e in events)
+        assert "600 messages read, 600 predictions written, 0 dead letters" in ran.stderr
+        assert "skipped as covered" not in ran.stderr
+        scores = {p["event_id"]: p["score"] for _, _, p in read_topic(tansu_bootstrap, topic_name + ".pred")}
+        assert sorted(scores) == sorted(e["id"] for e in events)
+        for X, y, model_events in streams:
+            want = make_learner("scinol2", "logistic").learn(X, y)
+            np.testing.assert_allclose([scores[e["id"]] for e in model_events], want, rtol=1e-12, atol=1e-300)
         with urllib.request.urlopen(f"http://localhost:{port}/jobs/overview", timeout=10) as resp:
             jobs = json.load(resp)["jobs"]
         assert [j["state"] for j in jobs] == ["FINISHED"]  # it ran on this cluster, not an embedded one

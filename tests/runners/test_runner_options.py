@@ -42,9 +42,10 @@ def test_flink_defaults_to_the_embedded_cluster_and_ten_second_checkpoints():
     assert not any(a.startswith("--parallelism") for a in args)
 
 
-def test_a_bounded_flink_run_is_batch_mode_without_checkpoints():
+def test_a_bounded_flink_run_streams_without_checkpoints():
+    # not batch mode: it reorders a partition's events on their way to the model (docs/runners.md)
     args = flink(bounded=True)
-    assert "--streaming" not in args and not any("checkpoint" in a for a in args)
+    assert "--streaming" in args and not any("checkpoint" in a for a in args)
     assert "--number_of_execution_retries=30" in args
     with pytest.raises(ValueError, match="--checkpointing-interval with --bounded"):
         flink(bounded=True, checkpointing_interval=1000)
