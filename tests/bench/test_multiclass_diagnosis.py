@@ -1,0 +1,44 @@
+"""The multiclass diagnosis's numpy re-derivation of ScInOL2 must be the
+shipped learner (else its variants compare against the wrong baseline)."""
+
+import numpy as np
+
+from learners import make_learner
+from pipelines.bench.multiclass_diagnosis import run_kernel, run_numpy
+
+
+def blobs(n=300, k=3, d=4, seed=0):
+    """K Gaussian classes with a large common offset, like raw iris."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, k, n)
+    centres = rng.normal(size=(k, d)) * [1.0, 10.0, 0.1, 3.0]
+    X = centres[y] + rng.normal(size=(n, d)) * [0.5, 5.0, 0.05, 1.5] + [5.0, 50.0, 0.5, 15.0]
+    return X, y
+
+
+def test_numpy_per_class_scinol2_is_the_kernel():
+    X, y = blobs()
+    _, e_np, l_np = run_numpy("scinol2", X, y, 3)
+    model, e_k, l_k = run_kernel("scinol2", X, y, 3, {})
+    np.testing.assert_allclose(l_np, l_k, rtol=1e-9, atol=1e-12)
+    assert (e_np == e_k).all()
+    assert np.abs(model.weights()).max() > 0.05  # the weights moved: the comparison is not of zeros
+
+
+def test_variants_differ_from_the_shipped_learner():
+    X, y = blobs(seed=1)
+    _, _, base = run_numpy("scinol2", X, y, 3)
+    for kind in ("shared-S2", "ovr"):
+        _, _, other = run_numpy(kind, X, y, 3)
+        assert np.abs(other - base).max() > 1e-3, kind
+
+
+def test_numpy_model_keeps_learning_across_passes():
+    X, y = blobs(seed=2)
+    model, _, first = run_numpy("scinol2", X, y, 3)
+    _, _, second = run_numpy("scinol2", X, y, 3, model)
+    kernel = make_learner("scinol2", "softmax", n_classes=3)
+    kernel.learn(X, y.astype(float))
+    _, _, second_k = run_kernel("scinol2", X, y, 3, {}, kernel)
+    np.testing.assert_allclose(second, second_k, rtol=1e-9, atol=1e-12)
+    assert second.mean() < first.mean()
