@@ -165,6 +165,24 @@ def held_out(name: str, variants, passes: int = 10, shuffles: int = 3, centered:
     return rows
 
 
+def kotlowski_evidence(name: str, centered: bool) -> str:
+    """kotlowski1 after one pass (shuffle 0): the largest h²/s² of any weight
+    against 2α ln(t d), where its weights start to count; the loss of the
+    last third of the pass."""
+    d = load_bundled(name)
+    X = np.vstack([d.X_train, d.X_test])
+    y = np.concatenate([d.y_train, d.y_test])
+    X = X - X.mean(0) if centered else X
+    order = np.random.default_rng(0).permutation(len(y))
+    model, _, losses = run_kernel("kotlowski1", X[order], y[order], d.n_classes, {})
+    h, s2 = model.algorithm.field(model.state, "h"), model.algorithm.field(model.state, "s2")
+    ratio = np.max(h * h / np.maximum(s2, 1e-300)[:, None])
+    alpha = model.algorithm.params["alpha"]
+    threshold = 2 * alpha * math.log(len(y) * model.state.scalars["dim"])
+    return (f"max h²/s² {ratio:5.1f} against 2α ln(t d) {threshold:4.1f}; "
+            f"loss of the last third {losses[-len(y) // 3:].mean():.3f}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", default=",".join(SETS))
@@ -179,9 +197,14 @@ def main(argv=None) -> int:
         if args.centered:
             for label, err, loss in progressive(name, CENTRED, centered=True):
                 print(f"  centred: {label:31s} error {100 * err:5.1f}%  loss {loss:.3f}")
+        print(f"  kotlowski1 evidence, raw: {kotlowski_evidence(name, False)}")
+        if args.centered:
+            print(f"  kotlowski1 evidence, centred: {kotlowski_evidence(name, True)}")
     print("\niris, 10 passes over the 2/3 training split, held-out accuracy (mean of 3 orders)")
     for label, acc in held_out("iris", VARIANTS):
         print(f"  {label:40s} {acc:.3f}")
+    for label, acc in held_out("iris", VARIANTS[:1], passes=40):
+        print(f"  40 passes: {label:29s} {acc:.3f}")
     if args.centered:
         for label, acc in held_out("iris", CENTRED, centered=True):
             print(f"  centred: {label:31s} {acc:.3f}")
