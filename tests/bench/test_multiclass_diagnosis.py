@@ -42,3 +42,16 @@ def test_numpy_model_keeps_learning_across_passes():
     _, _, second_k = run_kernel("scinol2", X, y, 3, {}, kernel)
     np.testing.assert_allclose(second, second_k, rtol=1e-9, atol=1e-12)
     assert second.mean() < first.mean()
+
+
+def test_running_centring_uses_only_rows_seen_so_far():
+    from pipelines.bench.multiclass_diagnosis import running_centred
+
+    X, _ = blobs(n=50)
+    Xc = running_centred(X)
+    assert (Xc[0] == 0).all()
+    for t in (1, 17, 49):
+        np.testing.assert_allclose(Xc[t], X[t] - X[: t + 1].mean(0), rtol=1e-12)
+    Y = X.copy()
+    Y[30:] += 1000.0  # later rows cannot change earlier ones
+    np.testing.assert_array_equal(running_centred(Y)[:30], Xc[:30])
