@@ -20,6 +20,9 @@ thousand examples each); the shipped learners run their compiled kernels.
   ``running mean``: each row minus the mean of the rows so far (online).
 - ``eps=10``: ScInOL2 with ten times the initial wealth ε (the paper sets
   ε = 1 and says it only affects the constants).
+- ``VW --oaa``: Vowpal Wabbit one-against-all, logistic loss, its default
+  updates or ``--coin``, as the same-run baseline (needs the vowpalwabbit
+  package).
 - ``kotlowski1``: Kotłowski 2017, Algorithm 1, whose weights carry the
   factor 1/(α t d); ``dim=1`` and ``dim=0.001`` make that factor larger
   (d = 1, d = 0.001) to show what the factor costs and buys.
@@ -111,6 +114,26 @@ def run_kernel(algo: str, X, y, k, params, model=None):
     return model, scores.argmax(1) != y, losses
 
 
+def run_vw(extra: list, X, y, k, model=None):
+    """Vowpal Wabbit ``--oaa K --probabilities`` (logistic loss, its default
+    adaptive, normalised, invariant updates unless ``extra`` says otherwise),
+    one example at a time, predicting before learning; the same-run baseline."""
+    from vowpalwabbit import Workspace
+
+    from pipelines.bench.contenders import vw_features
+
+    ws = model or Workspace(arg_list=["--quiet", "--loss_function", "logistic", "--oaa", str(k),
+                                      "--probabilities", *extra])
+    errs, losses = np.empty(len(y)), np.empty(len(y))
+    for i, (feats, c) in enumerate(zip(vw_features(X), y.astype(int))):
+        ex = ws.parse(f"{c + 1} {feats}")
+        ws.learn(ex)
+        p = np.asarray(ex.get_scalars())
+        ws.finish_example(ex)
+        errs[i], losses[i] = p.argmax() != c, -math.log(max(p[c], 1e-15))
+    return ws, errs, losses
+
+
 VARIANTS = [
     ("ScInOL2 (per-class S², shipped)", "kernel", "scinol2", {}),
     ("ScInOL2 numpy per-class S²", "numpy", "scinol2", {}),
@@ -122,11 +145,14 @@ VARIANTS = [
     ("kotlowski1 dim=1", "kernel", "kotlowski1", {"dim": 1.0}),
     ("kotlowski1 dim=0.001 (1000/(α t))", "kernel", "kotlowski1", {"dim": 0.001}),
 ]
+BASELINES = [("VW --oaa (default updates)", "vw", [], {}), ("VW --oaa --coin", "vw", ["--coin"], {})]
 CENTRED = VARIANTS[:4] + VARIANTS[6:7]
 
 
 def run_variant(spec, X, y, k, model=None):
     _, where, what, params = spec
+    if where == "vw":
+        return run_vw(what, X, y, k, model)
     if where == "kernel":
         return run_kernel(what, X, y, k, params, model)
     return run_numpy(what, X, y, k, model)
@@ -203,13 +229,13 @@ def main(argv=None) -> int:
     for name in args.sets.split(","):
         k = load_bundled(name).n_classes
         print(f"\n{name} (ln K = {math.log(k):.3f})")
-        for label, err, loss in progressive(name, VARIANTS):
+        for label, err, loss in progressive(name, VARIANTS + BASELINES):
             print(f"  {label:40s} error {100 * err:5.1f}%  loss {loss:.3f}")
         if args.centered:
             for label, err, loss in progressive(name, CENTRED, centered=True):
                 print(f"  centred: {label:31s} error {100 * err:5.1f}%  loss {loss:.3f}")
         if args.centered:
-            for label, err, loss in progressive(name, CENTRED[:1], running=True):
+            for label, err, loss in progressive(name, CENTRED[:1] + BASELINES[:1], running=True):
                 print(f"  running mean: {label:26s} error {100 * err:5.1f}%  loss {loss:.3f}")
         print(f"  kotlowski1 evidence, raw: {kotlowski_evidence(name, False)}")
         if args.centered:
