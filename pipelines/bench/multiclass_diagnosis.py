@@ -37,6 +37,7 @@ import numpy as np
 
 from learners import make_learner
 from pipelines.bench.datasets import load_bundled
+from pipelines.bench.optional import have, missing_message
 
 SETS = ("iris", "wine", "digits")
 
@@ -225,17 +226,20 @@ def main(argv=None) -> int:
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--centered", action="store_true", help="also run on mean-centred features")
     args = ap.parse_args(argv)
+    baselines = BASELINES if have("vowpalwabbit") else []
+    if not baselines:
+        print(missing_message("vowpalwabbit", "the VW rows"))
     print("one pass over all rows, mean of 3 shuffles, bias on: progressive error / mean loss")
     for name in args.sets.split(","):
         k = load_bundled(name).n_classes
         print(f"\n{name} (ln K = {math.log(k):.3f})")
-        for label, err, loss in progressive(name, VARIANTS + BASELINES):
+        for label, err, loss in progressive(name, VARIANTS + baselines):
             print(f"  {label:40s} error {100 * err:5.1f}%  loss {loss:.3f}")
         if args.centered:
             for label, err, loss in progressive(name, CENTRED, centered=True):
                 print(f"  centred: {label:31s} error {100 * err:5.1f}%  loss {loss:.3f}")
         if args.centered:
-            for label, err, loss in progressive(name, CENTRED[:1] + BASELINES[:1], running=True):
+            for label, err, loss in progressive(name, CENTRED[:1] + baselines[:1], running=True):
                 print(f"  running mean: {label:26s} error {100 * err:5.1f}%  loss {loss:.3f}")
         print(f"  kotlowski1 evidence, raw: {kotlowski_evidence(name, False)}")
         if args.centered:
