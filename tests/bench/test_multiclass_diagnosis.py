@@ -55,3 +55,19 @@ def test_running_centring_uses_only_rows_seen_so_far():
     Y = X.copy()
     Y[30:] += 1000.0  # later rows cannot change earlier ones
     np.testing.assert_array_equal(running_centred(Y)[:30], Xc[:30])
+
+
+def test_scinol2_softmax_is_scale_invariant_not_shift_invariant():
+    """The diagnosis's finding in small: rescaling each feature changes
+    nothing, while the large common offset keeps the one-pass loss near
+    ln 3 and centring with the running mean removes most of it."""
+    from pipelines.bench.multiclass_diagnosis import running_centred
+
+    for seed in range(3):
+        X, y = blobs(seed=seed)
+        raw = run_kernel("scinol2", X, y, 3, {})[2]
+        scaled = run_kernel("scinol2", X * [1.0, 100.0, 0.01, 7.0], y, 3, {})[2]
+        centred = run_kernel("scinol2", running_centred(X), y, 3, {})[2]
+        np.testing.assert_allclose(scaled, raw, rtol=1e-9, atol=1e-12)
+        assert raw.mean() > 0.9
+        assert centred.mean() < 0.5 * raw.mean()
