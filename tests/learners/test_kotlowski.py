@@ -18,7 +18,9 @@ from learners.algorithms import SPECS
 from learners.fullmatrix import Kotlowski2
 from learners.losses import loss_and_grad, loss_code
 from learners.state import LearnerState, StateFileError, save_state
-from tests.reference.kotlowski import ReferenceKotlowski1, ReferenceKotlowski2, gamma_of, psi1
+from tests.reference.kotlowski import (ReferenceKotlowski1, ReferenceKotlowski1Softmax, ReferenceKotlowski2, gamma_of,
+                                       psi1)
+from tests.support.compare import run_reference
 
 BOUNDED = ("logistic", "hinge", "absolute")
 """Losses with |g| ≤ 1, which Lemmas 3 and 7 assume."""
@@ -86,6 +88,27 @@ def test_alg1_kernel_equals_reference(loss, layout, dim_mode):
     assert model.state.scalars["t"] == ref.t
     if dim_mode == "auto":  # coordinates seen, the zero column excluded
         assert model.state.scalars["dim"] == sum(1 for s in ref.s2 if s > 0) == d - 1
+
+
+@pytest.mark.parametrize("dim_mode", ["fixed", "auto"])
+def test_alg1_softmax_kernel_equals_reference(dim_mode):
+    """The multiclass extension: h per (coordinate, class) fed g_k, s², t
+    and d per coordinate and trial, shared by the classes. Features of very
+    different scales, some rows sparse, so d grows during the run."""
+    rng = np.random.default_rng(11 + len(dim_mode))
+    X = features(rng, 400, 6)
+    X[:40, 3:] = 0.0  # columns 3.. appear late: d_t changes mid-run
+    y = labels(rng, X, "softmax")
+    d = X.shape[1] + 1
+    dim = float(d) if dim_mode == "fixed" else 0.0
+    ref = ReferenceKotlowski1Softmax(d, 3, 1.5, dim)
+    want, scale = run_reference(ref, X, y, "softmax")
+    model = make_learner("kotlowski1", "softmax", n_classes=3, dim=dim)
+    got = model.learn(X, y)
+    assert_scores_match(got, want, scale, 1e-12)
+    np.testing.assert_allclose(model.algorithm.field(model.state, "h")[:d], ref.hk, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(model.algorithm.field(model.state, "s2")[:d], ref.s2, rtol=1e-12, atol=0)
+    assert np.abs(want).max() > 1e-3  # the weights moved: the comparison is not of zeros
 
 
 def test_alg1_auto_dim_counts_coordinates_seen_before_the_example():

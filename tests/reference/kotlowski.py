@@ -131,3 +131,35 @@ class ReferenceKotlowski2:
 
     def Sinv(self) -> np.ndarray:
         return self.pinv(self.S)
+
+
+class ReferenceKotlowski1Softmax(ReferenceKotlowski1):
+    """Algorithm 1 for K outputs (the softmax loss): each (coordinate i,
+    class k) weight is run as the paper runs coordinate i, with its own
+    h_{i,k} and g_k = ∂ℓ/∂ŷ_k; s_i² (the input scale), t and d are the
+    coordinate's and the trial's, shared by the classes."""
+
+    def __init__(self, d: int, n_outputs: int, alpha: float = 1.5, dim: float = 0.0):
+        super().__init__(d, alpha, dim)
+        self.K = n_outputs
+        self.hk = [[0.0] * n_outputs for _ in range(d)]
+
+    def step(self, x: list[float], y: float, loss: str = "softmax", weight: float = 1.0):
+        """Returns (ŷ, Σ_i |x_i w_{i,k}| per class, ℓ)."""
+        t, d, a = self.t + 1, self.d_for_trial(), self.alpha
+        w = [[0.0] * self.K for _ in x]
+        s2_new = [s + xi * xi for s, xi in zip(self.s2, x)]
+        for i, xi in enumerate(x):
+            if s2_new[i] > 0.0:
+                for k in range(self.K):
+                    h = self.hk[i][k]
+                    w[i][k] = math.exp((h * h + xi * xi) / (2.0 * a * s2_new[i])) / (a * t * d) * h / s2_new[i]
+        yhat = [sum(xi * w[i][k] for i, xi in enumerate(x)) for k in range(self.K)]
+        scale = [sum(abs(xi * w[i][k]) for i, xi in enumerate(x)) for k in range(self.K)]
+        value, g = loss_grad(loss, y, yhat)
+        self.t += 1
+        self.s2 = s2_new
+        for i, xi in enumerate(x):
+            for k in range(self.K):
+                self.hk[i][k] -= weight * g[k] * xi
+        return yhat, scale, value
