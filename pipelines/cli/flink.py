@@ -9,7 +9,10 @@ process outlives it. The keeper records its pid, the REST address and the
 JVMs' pids in ``state.json`` in the state folder (default
 ``<cache>/flink-session``), which is how ``down`` and ``status`` find the
 cluster; ``down`` sends the keeper SIGTERM and waits until every recorded
-pid is gone.
+pid is gone. The cluster comes with a Beam SDK worker pool (``--worker-pool``
+for ``scinol run``): each TaskManager then runs the job's Python in its own
+process, on its own core, where LOOPBACK would run all of it in the
+submitting process under one GIL.
 """
 
 from __future__ import annotations
@@ -151,6 +154,8 @@ def up(args, folder: Path) -> int:
     print(state["master"], flush=True)
     print(f"scinol flink: up at {state['master']} with {len(state['taskmanagers'])} TaskManagers "
           f"(started in {state['started_in']:.0f} s); `scinol flink down` stops it", file=sys.stderr)
+    print(f"scinol flink: run on it with `scinol run --runner flink --flink-master {state['master']} "
+          f"--worker-pool {state['worker_pool']} --parallelism {len(state['taskmanagers'])} ...`", file=sys.stderr)
     return 0
 
 
@@ -176,6 +181,7 @@ def down(args, folder: Path, timeout: float = 60.0) -> int:
         return 0
     os.kill(state["keeper"], signal.SIGTERM)
     pids = [state["keeper"], state["jobmanager"], *state["taskmanagers"]]
+    pids += [state["worker_pool_pid"]] if state.get("worker_pool_pid") else []
     deadline = time.monotonic() + timeout
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -198,8 +204,8 @@ def status(args, folder: Path) -> int:
     print(state["master"], flush=True)
     print(f"scinol flink: up at {state['master']}: {overview.get('taskmanagers', '?')} TaskManagers, "
           f"{overview.get('slots-available', '?')} of {overview.get('slots-total', '?')} slots free, "
-          f"{overview.get('jobs-running', '?')} jobs running (Flink {overview.get('flink-version', '?')})",
-          file=sys.stderr)
+          f"{overview.get('jobs-running', '?')} jobs running (Flink {overview.get('flink-version', '?')}); "
+          f"SDK worker pool at {state.get('worker_pool')}", file=sys.stderr)
     return 0
 
 
@@ -217,7 +223,7 @@ def serve(args, folder: Path) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     conf = {"rest.port": args.port} if args.port else {}
     cluster = FlinkSessionCluster(taskmanagers=args.taskmanagers, slots=args.slots, conf=conf,
-                                  startup_timeout=args.timeout)
+                                  startup_timeout=args.timeout, worker_pool=True)
     try:
         cluster.start()
     except (ProvisionError, FlinkClusterError) as exc:
@@ -226,7 +232,8 @@ def serve(args, folder: Path) -> int:
     try:
         state = {"keeper": os.getpid(), "master": cluster.master, "jobmanager": cluster.jobmanager.pid,
                  "taskmanagers": cluster.taskmanager_pids(), "dir": str(cluster.dir),
-                 "started_in": cluster.started_in}
+                 "started_in": cluster.started_in, "worker_pool": cluster.worker_pool,
+                 "worker_pool_pid": cluster.pool.pid}
         (folder / f"{STATE}.new").write_text(json.dumps(state, indent=1) + "\n")
         os.replace(folder / f"{STATE}.new", folder / STATE)  # read_state never sees half a file
         print(f"up at {cluster.master}: {state}", flush=True)

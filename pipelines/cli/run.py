@@ -41,7 +41,8 @@ def runner_beam_args(args) -> list[str]:
     from pipelines.provision.cache import ProvisionError
     from pipelines.runners.options import RunnerOptions, beam_args
 
-    opts = RunnerOptions(args.runner, args.flink_master, args.parallelism, args.checkpointing_interval, args.bounded)
+    opts = RunnerOptions(args.runner, args.flink_master, args.parallelism, args.checkpointing_interval, args.bounded,
+                         args.worker_pool)
     try:
         return beam_args(opts, list(args.beam_args))
     except (ValueError, ProvisionError) as exc:
@@ -266,6 +267,9 @@ def add_parser(sub) -> None:
     r.add_argument("--flink-master", default=None, metavar="HOST:PORT",
                    help="a Flink session cluster's REST address (`scinol flink up` prints it); default [local], "
                         "an embedded cluster in this process")
+    r.add_argument("--worker-pool", default=None, metavar="HOST:PORT",
+                   help="run the job's Python in a Beam SDK worker pool, one process per TaskManager (`scinol flink "
+                        "up` starts one and prints it), instead of in this process (LOOPBACK, one core)")
     r.add_argument("--parallelism", type=int, default=None, metavar="N",
                    help="Flink parallelism (default: the cluster's; partitions, not splits, spread the source)")
     r.add_argument("--checkpointing-interval", type=int, default=None, metavar="MS",

@@ -55,13 +55,17 @@ class FlinkSessionCluster:
         machine); 5 attempts 2 s apart were seen to give up.
       conf: further Flink settings (flat keys), applied last.
       keep_dir: leave the folder (logs, checkpoints) after :meth:`stop`.
+      worker_pool: also start a Beam SDK worker pool (:attr:`worker_pool`,
+        for ``--environment_type=EXTERNAL``): each TaskManager then gets its
+        own Python worker process, so the job's Python runs on more than
+        one core; LOOPBACK runs all of it in the submitting process.
     """
 
     def __init__(self, taskmanagers: int = 2, slots: int = 1, *, flink_home: str | Path | None = None,
                  flink_version: str | None = None, checkpoint_dir: str | Path | None = None,
                  taskmanager_memory: str = "1536m", jobmanager_memory: str = "1024m", restart_attempts: int = 10,
                  restart_delay: str = "5 s", conf: dict | None = None, startup_timeout: float = 120.0,
-                 keep_dir: bool = False):
+                 keep_dir: bool = False, worker_pool: bool = False):
         if taskmanagers < 1 or slots < 1:
             raise ValueError(f"a cluster needs at least 1 TaskManager with 1 slot, got {taskmanagers} x {slots}")
         self.taskmanagers_wanted, self.slots = taskmanagers, slots
@@ -79,6 +83,9 @@ class FlinkSessionCluster:
         self.taskmanagers: dict[str, subprocess.Popen] = {}  # resource id -> process
         self._next_tm = 0
         self.started_in: float | None = None  # seconds from start() to all TaskManagers registered
+        self.with_worker_pool = worker_pool
+        self.pool: subprocess.Popen | None = None
+        self.pool_port: int | None = None
 
     # ------------------------------------------------------------------ addresses
 
@@ -90,6 +97,11 @@ class FlinkSessionCluster:
     @property
     def rest_url(self) -> str:
         return f"http://{HOST}:{self.rest_port}"
+
+    @property
+    def worker_pool(self) -> str | None:
+        """``host:port`` of the SDK worker pool (Beam's ``--environment_config``), if started."""
+        return f"{HOST}:{self.pool_port}" if self.pool is not None else None
 
     # ------------------------------------------------------------------ start / stop
 
@@ -104,6 +116,8 @@ class FlinkSessionCluster:
             self._write_conf()
             self.jobmanager = self._spawn("jobmanager", ["jobmanager.sh", "start-foreground"])
             ids = [self._start_taskmanager() for _ in range(self.taskmanagers_wanted)]
+            if self.with_worker_pool:
+                self._start_worker_pool()
             self._wait_registered(ids, self.startup_timeout)
         except BaseException:
             self.stop()
@@ -113,7 +127,7 @@ class FlinkSessionCluster:
 
     def stop(self, timeout: float = 30.0) -> None:
         """TaskManagers first, then the JobManager: SIGTERM, then SIGKILL after ``timeout``."""
-        procs = list(self.taskmanagers.values()) + ([self.jobmanager] if self.jobmanager else [])
+        procs = list(self.taskmanagers.values()) + [p for p in (self.jobmanager, self.pool) if p is not None]
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -124,7 +138,7 @@ class FlinkSessionCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        self.taskmanagers, self.jobmanager = {}, None
+        self.taskmanagers, self.jobmanager, self.pool = {}, None, None
         if self.dir is not None and not self.keep_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -211,12 +225,27 @@ class FlinkSessionCluster:
 
     # ------------------------------------------------------------------ processes and configuration
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def _start_worker_pool(self) -> None:
+        """Beam's worker pool: it starts one ``python -c ...SdkHarness`` per
+        StartWorker call (one per TaskManager per job), running ``python``
+        from PATH, so this interpreter's folder goes first and the project
+        on PYTHONPATH (an installed package needs neither)."""
+        import sys
+
+        self.pool_port = _free_port()
+        root = str(Path(__file__).resolve().parents[2])
+        env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        self.pool = self._spawn("worker-pool", [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+                                                f"--service_port={self.pool_port}"], env, flink_bin=False)
+
+    def _spawn(self, name: str, argv: list[str], env: dict | None = None, flink_bin: bool = True) -> subprocess.Popen:
         env = {**os.environ, "FLINK_CONF_DIR": str(self.dir / "conf"), "FLINK_LOG_DIR": str(self.dir / "log"),
-               "FLINK_PID_DIR": str(self.dir / "pid"), "FLINK_IDENT_STRING": name}
+               "FLINK_PID_DIR": str(self.dir / "pid"), "FLINK_IDENT_STRING": name, **(env or {})}
+        program = str(self.flink_home / "bin" / argv[0]) if flink_bin else argv[0]
         log = open(self.dir / "log" / f"{name}.out", "ab")
         try:
-            return subprocess.Popen([str(self.flink_home / "bin" / argv[0]), *argv[1:]], env=env, stdout=log,
+            return subprocess.Popen([program, *argv[1:]], env=env, stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                     preexec_fn=_die_with_parent)
         finally:

@@ -9,8 +9,10 @@ flink
     Beam's FlinkRunner on Flink 1.19 with the provisioned job-server jar
     (nothing downloads at run time); ``[local]`` is an embedded MiniCluster,
     ``HOST:PORT`` a session cluster's REST address (``scinol flink up``). The
-    Python SDK harness runs in this process (LOOPBACK): Flink's default for a
-    remote master would be Docker, which this machine does not run.
+    Python SDK harness runs in this process (LOOPBACK), or with
+    ``--worker-pool`` in a Beam worker pool's processes, one per TaskManager
+    (EXTERNAL); Flink's default for a remote master would be Docker, which
+    this machine does not run.
     An unbounded run streams with checkpointing: Beam runs bundle finalizers
     (Kafka offset commits) only after a checkpoint completes, and the model
     lives in Beam state that Flink snapshots with the source position.
@@ -41,6 +43,7 @@ LOCAL = "[local]"
 DEFAULT_CHECKPOINTING_INTERVAL_MS = 10_000
 RESTART_ATTEMPTS = 30
 RESTART_DELAY_MS = 3_000
+_HOST_PORT = re.compile(r"^[A-Za-z0-9.-]+:\d{1,5}$")
 _MASTER = re.compile(r"^(\[local\]|\[auto\]|[A-Za-z0-9.-]+:\d{1,5})$")
 
 
@@ -53,6 +56,8 @@ class RunnerOptions(NamedTuple):
     """Milliseconds between Flink checkpoints."""
     bounded: bool = False
     """The run stops at the end offsets seen at its start (``--bounded``)."""
+    worker_pool: str | None = None
+    """``host:port`` of a Beam SDK worker pool (EXTERNAL environment) instead of LOOPBACK."""
 
 
 def check(opts: RunnerOptions) -> None:
@@ -60,13 +65,16 @@ def check(opts: RunnerOptions) -> None:
     if opts.runner not in RUNNERS:
         raise ValueError(f"--runner must be one of {', '.join(RUNNERS)}, not {opts.runner!r}")
     flink_only = [name for name, value in (("--flink-master", opts.flink_master), ("--parallelism", opts.parallelism),
-                                           ("--checkpointing-interval", opts.checkpointing_interval))
+                                           ("--checkpointing-interval", opts.checkpointing_interval),
+                                           ("--worker-pool", opts.worker_pool))
                   if value is not None]
     if flink_only and opts.runner != "flink":
         raise ValueError(f"{flink_only[0]} applies to --runner flink only (the runner is {opts.runner})")
     if opts.flink_master is not None and not _MASTER.match(opts.flink_master):
         raise ValueError(f"--flink-master must be HOST:PORT (a session cluster's REST address) or {LOCAL}, "
                          f"not {opts.flink_master!r}")
+    if opts.worker_pool is not None and not _HOST_PORT.match(opts.worker_pool):
+        raise ValueError(f"--worker-pool must be HOST:PORT (`scinol flink status` shows it), not {opts.worker_pool!r}")
     if opts.bounded and opts.checkpointing_interval is not None:
         raise ValueError("--checkpointing-interval with --bounded: a bounded run on Flink takes no checkpoints "
                          "(it would not end)")
@@ -96,7 +104,7 @@ def flink_args(opts: RunnerOptions, job_server_jar=None) -> list[str]:
     interval = opts.checkpointing_interval or DEFAULT_CHECKPOINTING_INTERVAL_MS
     args = ["--runner=FlinkRunner", f"--flink_master={opts.flink_master or LOCAL}",
             f"--flink_version={DEFAULT_FLINK_VERSION}", f"--flink_job_server_jar={jar}",
-            "--environment_type=LOOPBACK"]
+            *environment_args(opts.worker_pool)]
     args.append("--streaming")  # batch mode reorders a partition's events on their way to the model
     if not opts.bounded:
         args += [f"--checkpointing_interval={interval}", "--finish_bundle_before_checkpointing"]
@@ -104,6 +112,16 @@ def flink_args(opts: RunnerOptions, job_server_jar=None) -> list[str]:
     if opts.parallelism is not None:
         args.append(f"--parallelism={opts.parallelism}")
     return args
+
+
+def environment_args(worker_pool: str | None) -> list[str]:
+    """Where the Python SDK harness runs: a worker pool's processes (one per
+    TaskManager, so the job's Python uses more than one core) or this
+    process (LOOPBACK; Flink's default for a remote master, Docker, does
+    not run here)."""
+    if worker_pool is None:
+        return ["--environment_type=LOOPBACK"]
+    return ["--environment_type=EXTERNAL", f"--environment_config={worker_pool}"]
 
 
 def prism_args(prism_binary=None) -> list[str]:

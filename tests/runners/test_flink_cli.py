@@ -44,10 +44,10 @@ def alive(pid: int) -> bool:
     return "zombie" not in state
 
 
-def run_on(master: str, bootstrap: str, topic: str, tmp_path) -> subprocess.CompletedProcess:
+def run_on(master: str, pool: str, bootstrap: str, topic: str, tmp_path) -> subprocess.CompletedProcess:
     return scinol("run", "--bootstrap", bootstrap, "--topic", topic, "--predictions-topic", topic + ".pred",
                   "--bounded", "--checkpoint-dir", str(tmp_path / "ckpt"), "--runner", "flink", "--flink-master",
-                  master, "--parallelism", "2", timeout=600)
+                  master, "--worker-pool", pool, "--parallelism", "2", timeout=600)
 
 
 def test_up_run_twice_status_and_down(tmp_path, flink_home, flink_job_server_jar, tansu_bootstrap,
@@ -62,15 +62,16 @@ def test_up_run_twice_status_and_down(tmp_path, flink_home, flink_job_server_jar
             overview = json.load(resp)
         assert overview["taskmanagers"] == 2 and overview["slots-total"] == 2
         state = json.loads(Path(state_dir, "state.json").read_text())
-        pids = [state["keeper"], state["jobmanager"], *state["taskmanagers"]]
-        assert len(set(pids)) == 4 and all(alive(pid) for pid in pids)
+        pids = [state["keeper"], state["jobmanager"], *state["taskmanagers"], state["worker_pool_pid"]]
+        assert len(set(pids)) == 5 and all(alive(pid) for pid in pids)
+        assert f"--worker-pool {state['worker_pool']} --parallelism 2" in first.stderr
 
-        # two models, one per partition (round robin): each must learn its partition in order,
-        # as one process would, though the partitions are read by two TaskManagers
+        # two models, one per partition (round robin): each must learn its partition in order, as
+        # one process would, though two TaskManagers with a Python worker process each run the job
         streams = [toy_stream(300, seed=m, model=f"m{m}") for m in range(2)]
         events = [s[2][i] for i in range(300) for s in streams]
         produce_events(tansu_bootstrap, topic_name, events, partitions=2, progress=False)
-        ran = run_on(f"localhost:{port}", tansu_bootstrap, topic_name, tmp_path)
+        ran = run_on(f"localhost:{port}", state["worker_pool"], tansu_bootstrap, topic_name, tmp_path)
         assert ran.returncode == 0, ran.stderr[-3000:]
         assert "600 messages read, 600 predictions written, 0 dead letters" in ran.stderr
         assert "skipped as covered" not in ran.stderr

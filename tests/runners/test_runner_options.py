@@ -101,3 +101,14 @@ def test_mistakes_are_one_line_and_exit_2(capsys, extra, message):
     assert main(RUN + extra) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"scinol: error: {message}") and err.count("\n") == 1
+
+
+def test_a_worker_pool_runs_the_sdk_harness_external():
+    args = flink(flink_master="localhost:8081", worker_pool="localhost:50000")
+    assert "--environment_type=LOOPBACK" not in args
+    assert ["--environment_type=EXTERNAL", "--environment_config=localhost:50000"] == \
+        [a for a in args if a.startswith("--environment")]
+    with pytest.raises(ValueError, match="--worker-pool must be HOST:PORT"):
+        flink(worker_pool="[local]")
+    with pytest.raises(ValueError, match="--worker-pool applies to --runner flink only"):
+        beam_args(RunnerOptions("prism", worker_pool="localhost:50000"), [])
