@@ -41,6 +41,12 @@ def add_parser(sub) -> None:
     a.add_argument("--no-vw", action="store_true", help="leave Vowpal Wabbit out")
     a.add_argument("--no-river", action="store_true", help="leave River out")
     a.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    a.add_argument("--one-pass", action="store_true",
+                   help="instead: one untuned pass over every data set (3 shuffles), our learners beside VW "
+                        "default, VW --coin, River default and River+StandardScaler and the zero model, plus the "
+                        "test-tuned best; progressive and test loss and error, ratios checked against targets")
+    a.add_argument("--learners", metavar="A,B,...", help="with --one-pass: our learners by registry name "
+                                                         "(default: scinol-mix,scinol2; unregistered ones are noted and left out)")
 
     t = bsub.add_parser("throughput", help="examples/s: kernels vs VW, `scinol learn` vs VW's driver, "
                                            "pipeline vs a plain Kafka loop",
@@ -77,13 +83,61 @@ def _known_names(datasets, paper_sets, paper_dir) -> None:
 
 
 def _command_line(argv_tail) -> str:
-    return "scinol bench " + " ".join(shlex.quote(a) for a in argv_tail)
+    """The command as the report shows it; a --paper-data folder is shown as DIR
+    (where the data sit on one machine is no part of the result)."""
+    shown = []
+    for a in argv_tail:
+        if shown and shown[-1] == "--paper-data":
+            a = "DIR"
+        elif a.startswith("--paper-data="):
+            a = "--paper-data=DIR"
+        shown.append(a)
+    return "scinol bench " + " ".join(shlex.quote(a) for a in shown)
+
+
+def _grid(text: str) -> tuple:
+    try:
+        grid = tuple(float(v) for v in _names(text))
+    except ValueError:
+        raise UsageError(f"bench accuracy: --lr-grid {text!r}: expected numbers like 0.01,0.1,1") from None
+    if not grid or min(grid) <= 0:
+        raise UsageError(f"bench accuracy: --lr-grid {text!r}: expected positive numbers")
+    return grid
+
+
+def _one_pass(args, command: str) -> int:
+    from dataclasses import replace
+
+    from pipelines.bench.accuracy import run_accuracy_one_pass
+    from pipelines.bench.one_pass import QUICK_ONE_PASS, OnePassSettings
+
+    for name in ("toy_runs", "tune_runs", "epochs"):
+        if getattr(args, name) is not None:
+            raise UsageError(f"bench accuracy: --{name.replace('_', '-')} does not apply to --one-pass")
+    _positive(args, ["runs", "jobs"])
+    s = QUICK_ONE_PASS if args.quick else OnePassSettings()
+    overrides = {"runs": args.runs} if args.runs is not None else {}
+    if args.datasets is not None:
+        overrides["datasets"] = _names(args.datasets)
+    if args.lr_grid is not None:
+        overrides["lr_grid"] = _grid(args.lr_grid)
+    if args.learners is not None:
+        overrides["learners"] = _names(args.learners)
+        if not overrides["learners"]:
+            raise UsageError("bench accuracy: --learners: name at least one learner")
+    s = replace(s, **overrides)
+    paper_sets = _names(args.paper_sets)
+    _known_names(s.datasets, paper_sets, args.paper_data)
+    return run_accuracy_one_pass(args.out, s, args.quick, args.paper_data, paper_sets, args.no_vw, args.no_river,
+                                 args.jobs, command)
 
 
 def run(args) -> int:
     """The report records the command line as parsed (``args.argv``)."""
     argv = args.argv
     tail = argv[argv.index("bench") + 1:] if "bench" in argv else [args.bench_command]
+    if args.bench_command == "accuracy" and args.one_pass:
+        return _one_pass(args, _command_line(tail))
     if args.bench_command == "accuracy":
         from dataclasses import replace
 
@@ -96,13 +150,9 @@ def run(args) -> int:
         if args.datasets is not None:
             overrides["datasets"] = _names(args.datasets)
         if args.lr_grid is not None:
-            try:
-                grid = tuple(float(v) for v in _names(args.lr_grid))
-            except ValueError:
-                raise UsageError(f"bench accuracy: --lr-grid {args.lr_grid!r}: expected numbers like 0.01,0.1,1") from None
-            if not grid or min(grid) <= 0:
-                raise UsageError(f"bench accuracy: --lr-grid {args.lr_grid!r}: expected positive numbers")
-            overrides["lr_grid"] = grid
+            overrides["lr_grid"] = _grid(args.lr_grid)
+        if args.learners is not None:
+            raise UsageError("bench accuracy: --learners needs --one-pass")
         s = replace(s, **overrides)
         paper_sets = _names(args.paper_sets)
         _known_names(s.datasets, paper_sets, args.paper_data)
