@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
                                                         "breast cancer and wine only, a small toy")
     a.add_argument("--runs", type=int, help="runs per data set (default 10)")
     a.add_argument("--toy-runs", type=int, help="toy training sets (default 10)")
-    a.add_argument("--tune-runs", type=int, help="runs each grid value gets before the best is chosen (default 3)")
+    a.add_argument("--tune-runs", type=int, help="runs each grid value gets before the best is chosen (default 3; with --one-pass, 1 shuffle)")
     a.add_argument("--epochs", type=int, help="passes over each training set (default: per data set)")
     a.add_argument("--lr-grid", metavar="LR,LR,...", help="learning rates the tuned methods try on real data "
                                                           "(default: the union of the paper's two grids, 1e-5..10)")
@@ -111,12 +111,12 @@ def _one_pass(args, command: str) -> int:
     from pipelines.bench.accuracy import run_accuracy_one_pass
     from pipelines.bench.one_pass import QUICK_ONE_PASS, OnePassSettings
 
-    for name in ("toy_runs", "tune_runs", "epochs"):
+    for name in ("toy_runs", "epochs"):
         if getattr(args, name) is not None:
             raise UsageError(f"bench accuracy: --{name.replace('_', '-')} does not apply to --one-pass")
-    _positive(args, ["runs", "jobs"])
+    _positive(args, ["runs", "tune_runs", "jobs"])
     s = QUICK_ONE_PASS if args.quick else OnePassSettings()
-    overrides = {"runs": args.runs} if args.runs is not None else {}
+    overrides = {k: getattr(args, k) for k in ("runs", "tune_runs") if getattr(args, k) is not None}
     if args.datasets is not None:
         overrides["datasets"] = _names(args.datasets)
     if args.lr_grid is not None:
