@@ -203,7 +203,8 @@ def run_accuracy(out_dir: str, s: Settings, quick: bool, with_toy: bool, paper_d
                 per = run_datasets(runner, refs, s, fams, "paper data")
                 header = provenance(command, time.perf_counter() - t0, tools, quick)
                 report.update_section(md, "paper-data", datasets_body(
-                    "The paper's own data sets (opt-in: read in place from the folder given with `--paper-data DIR`)", per,
+                    "The paper's own data sets (opt-in: read in place from the folder given with "
+                    "`--paper-data DIR`)", per,
                     "bench_paper", out_dir, header, s, notes + missing))
     say(f"done in {time.perf_counter() - started:.0f} s; wrote {md}")
     return 0

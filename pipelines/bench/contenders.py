@@ -70,12 +70,30 @@ def one_pass_families(learners, lr_grid, with_vw, with_river) -> tuple[list[Fami
     from learners.registry import learner_names
 
     known = set(learner_names())
-    ours = [Family(LABELS.get(n, n), "scinol-stream", n, free=True) for n in learners if n in known]
-    notes = [f"{n}: not in this build's learner registry, left out" for n in learners if n not in known]
+    ours = [Family(LABELS.get(n, n), "scinol-stream", n, free=True) for n in learners
+            if parse_spec(n)[0] in known]
+    notes = [f"{n}: not in this build's learner registry, left out" for n in learners
+             if parse_spec(n)[0] not in known]
     untuned = ours + [Family(ZERO, "reference", "zero", free=True)]
     everything = families(lr_grid, with_vw, with_river)
     untuned += [f for f in everything if f.label in UNTUNED_COMPETITORS]
     return untuned, [f for f in everything if f.tuned], notes
+
+
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """"scinol-mix:kt=0:eps=2" → ("scinol-mix", {"kt": 0.0, "eps": 2.0}): a
+    learner by registry name with parameters of its own (numbers)."""
+    name, *pairs = spec.split(":")
+    params = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{spec!r}: expected NAME or NAME:KEY=VALUE[:KEY=VALUE...]")
+        try:
+            params[key] = float(value)
+        except ValueError:
+            raise ValueError(f"{spec!r}: {key}={value!r} is not a number") from None
+    return name, params
 
 
 def param_text(family: Family, param) -> str:
@@ -88,7 +106,8 @@ def param_text(family: Family, param) -> str:
 
 def make_contender(family: Family, param, data):
     if family.tool == "scinol-stream":
-        return OurLearner(family.method, {} if param is None else {"lr": param}, data.n_classes)
+        name, params = parse_spec(family.method)
+        return OurLearner(name, params if param is None else {**params, "lr": param}, data.n_classes)
     if family.tool == "vw":
         return VWLearner(family.method, param, data)
     if family.tool == "reference":

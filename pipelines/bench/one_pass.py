@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipelines.bench import report
-from pipelines.bench.contenders import (LR_GRID, ONE_PASS_LEARNERS, UNTUNED_COMPETITORS, ZERO, one_pass_families,
-                                        param_text)
+from pipelines.bench.contenders import (LR_GRID, ONE_PASS_LEARNERS, UNTUNED_COMPETITORS, ZERO, make_contender,
+                                        one_pass_families, param_text)
 from pipelines.bench.multi_epoch import FamilyResult, evaluate_families, load_dataset
 
 COMPETITOR_MARGIN = 1.02
@@ -52,6 +52,7 @@ class DataResult:
     untuned: list[FamilyResult]
     best_tuned: FamilyResult | None  # the tuned method with the lowest test loss, its rate chosen on test
     seconds: float
+    notes: list[str]                 # learners of ours left out on this set, and why
 
     def get(self, label: str) -> FamilyResult | None:
         return next((r for r in self.untuned if r.family.label == label), None)
@@ -61,12 +62,31 @@ class DataResult:
         return [r for r in self.untuned if r.family.tool == "scinol-stream"]
 
 
+def runnable(families, data) -> tuple[list, list[str]]:
+    """(the families that can learn this data set, notes on the others): one
+    of ours whose loss (logistic, or softmax for K > 2) it lacks is left out."""
+    out, notes = [], []
+    for f in families:
+        try:
+            make_contender(f, None, data)
+        except ValueError as exc:
+            notes.append(f"{f.label} left out: {exc}")
+            continue
+        out.append(f)
+    return out, notes
+
+
 def evaluate(ref, s: OnePassSettings, untuned, tuned, runner, log) -> DataResult:
     t0 = time.perf_counter()
+    data = load_dataset(ref)
+    ours, notes = runnable([f for f in untuned if f.tool == "scinol-stream"], data)
+    for n in notes:
+        log(n)
+    untuned = ours + [f for f in untuned if f.tool != "scinol-stream"]
     results = evaluate_families(ref, untuned + tuned, s.runs, s.tune_runs, 1, runner, log=log)
     rest = results[len(untuned):]
     best = min(rest, key=lambda r: r.stat("test_loss")[0]) if rest else None
-    return DataResult(load_dataset(ref), results[:len(untuned)], best, time.perf_counter() - t0)
+    return DataResult(data, results[:len(untuned)], best, time.perf_counter() - t0, notes)
 
 
 @dataclass
@@ -189,7 +209,8 @@ def body(per: list[DataResult], header: str, s: OnePassSettings, notes: list[str
         parts += [f"### {d.name} (one pass)", "",
                   f"{d.source}; {len(d.y_train):,} train / {len(d.y_test):,} test ({d.split}), {d.n_features} "
                   f"features, {d.n_classes} classes; {dr.seconds:.0f} s.", "",
-                  report.table(DETAIL_HEADER, detail_rows(dr)), ""]
+                  report.table(DETAIL_HEADER, detail_rows(dr)), "", *[f"- {n}" for n in dr.notes],
+                  *([""] if dr.notes else [])]
     return "\n".join(parts)
 
 

@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
                                                         "breast cancer and wine only, a small toy")
     a.add_argument("--runs", type=int, help="runs per data set (default 10)")
     a.add_argument("--toy-runs", type=int, help="toy training sets (default 10)")
-    a.add_argument("--tune-runs", type=int, help="runs each grid value gets before the best is chosen (default 3; with --one-pass, 1 shuffle)")
+    a.add_argument("--tune-runs", type=int, help="runs each grid value gets before the best is chosen "
+                                                 "(default 3; with --one-pass, 1 shuffle)")
     a.add_argument("--epochs", type=int, help="passes over each training set (default: per data set)")
     a.add_argument("--lr-grid", metavar="LR,LR,...", help="learning rates the tuned methods try on real data "
                                                           "(default: the union of the paper's two grids, 1e-5..10)")
@@ -45,8 +46,9 @@ def add_parser(sub) -> None:
                    help="instead: one untuned pass over every data set (3 shuffles), our learners beside VW "
                         "default, VW --coin, River default and River+StandardScaler and the zero model, plus the "
                         "test-tuned best; progressive and test loss and error, ratios checked against targets")
-    a.add_argument("--learners", metavar="A,B,...", help="with --one-pass: our learners by registry name "
-                                                         "(default: scinol-mix,scinol2; unregistered ones are noted and left out)")
+    a.add_argument("--learners", metavar="A,B,...",
+                   help="with --one-pass: our learners by registry name, each optionally NAME:KEY=VALUE[:KEY=VALUE] "
+                        "(default: scinol-mix,scinol2; unregistered ones are noted and left out)")
 
     t = bsub.add_parser("throughput", help="examples/s: kernels vs VW, `scinol learn` vs VW's driver, "
                                            "pipeline vs a plain Kafka loop",
@@ -105,6 +107,22 @@ def _grid(text: str) -> tuple:
     return grid
 
 
+def _check_learners(specs) -> None:
+    """Each registered learner named with parameters must accept them (an
+    unregistered name is the benchmark's to note and leave out)."""
+    from learners import make_learner
+    from learners.registry import learner_names
+    from pipelines.bench.contenders import parse_spec
+
+    for spec in specs:
+        try:
+            name, params = parse_spec(spec)
+            if name in learner_names():
+                make_learner(name, "logistic", **params)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"bench accuracy: --learners {spec}: {exc}") from None
+
+
 def _one_pass(args, command: str) -> int:
     from dataclasses import replace
 
@@ -125,6 +143,7 @@ def _one_pass(args, command: str) -> int:
         overrides["learners"] = _names(args.learners)
         if not overrides["learners"]:
             raise UsageError("bench accuracy: --learners: name at least one learner")
+        _check_learners(overrides["learners"])
     s = replace(s, **overrides)
     paper_sets = _names(args.paper_sets)
     _known_names(s.datasets, paper_sets, args.paper_data)

@@ -165,7 +165,8 @@ def test_one_pass_quick_table_holds_every_set_and_contender_and_its_ratios(tmp_p
         assert math.isclose(prog["zero model"], math.log(k), abs_tol=1e-4)
         for v in (v for v in verdict if v[0] == name):
             mine = prog[v[2]]
-            assert math.isclose(float(v[3]), mine, abs_tol=1e-4) and math.isclose(float(v[6]), math.log(k), abs_tol=1e-4)
+            assert math.isclose(float(v[3]), mine, abs_tol=1e-4)
+            assert math.isclose(float(v[6]), math.log(k), abs_tol=1e-4)
             assert math.isclose(float(v[7]), mine / prog["zero model"], abs_tol=2e-3)
             ok = float(v[7]) <= 1.01
             if rivals:
@@ -183,18 +184,26 @@ def test_one_pass_quick_table_holds_every_set_and_contender_and_its_ratios(tmp_p
 def test_one_pass_rejects_options_of_the_multi_pass_run(tmp_path, capsys):
     assert main(["bench", "accuracy", "--one-pass", "--epochs", "2", "--out", str(tmp_path)]) == 2
     assert main(["bench", "accuracy", "--learners", "scinol2", "--quick", "--out", str(tmp_path)]) == 2
+    assert main(["bench", "accuracy", "--one-pass", "--learners", "scinol2:bogus=1", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0] == "scinol: error: bench accuracy: --epochs does not apply to --one-pass"
-    assert err[-1] == "scinol: error: bench accuracy: --learners needs --one-pass"
+    assert err[1] == "scinol: error: bench accuracy: --learners needs --one-pass"
+    assert err[2].startswith("scinol: error: bench accuracy: --learners scinol2:bogus=1: scinol2 has no parameter")
+    assert len(err) == 3
 
 
 def test_one_pass_without_vw_and_river_checks_the_zero_model_only(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "vowpalwabbit", None)
     monkeypatch.setitem(sys.modules, "river", None)
-    md, output = run_quick(tmp_path, capsys, "--one-pass", "--datasets", "wine", "--learners", "scinol2,nope")
+    md, output = run_quick(tmp_path, capsys, "--one-pass", "--datasets", "wine",
+                           "--learners", "scinol2,scinol2:eps=4,kotlowski2,nope")
     assert "vowpalwabbit not installed" in md and "nope: not in this build's learner registry" in md
+    assert "kotlowski2 left out: kotlowski2 has one output" in md  # binary only; wine has 3 classes
     rows = {r[0]: r for r in table_after(md, "### wine (one pass)")}
-    assert set(rows) == {"ScInOL2", "zero model"} | {k for k in rows if k.startswith("† test-tuned best: ")}
-    (v,) = table_after(md, "One pass, untuned")
-    assert v[4] == v[5] == v[9] == "n/a"
-    assert (v[10] == "pass") == (float(v[7]) <= 1.01)
+    assert set(rows) == {"ScInOL2", "scinol2:eps=4", "zero model"} | {k for k in rows if k.startswith("† test-tuned")}
+    assert rows["ScInOL2"][1] != rows["scinol2:eps=4"][1]  # the parameter reached the learner
+    verdict = table_after(md, "One pass, untuned")
+    assert [v[2] for v in verdict] == ["ScInOL2", "scinol2:eps=4"]
+    for v in verdict:
+        assert v[4] == v[5] == v[9] == "n/a"
+        assert (v[10] == "pass") == (float(v[7]) <= 1.01)
