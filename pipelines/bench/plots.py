@@ -156,7 +156,8 @@ def ratio_figure(verdicts, path: str, competitor_margin: float, zero_margin: flo
         ax.axhline(margin, color="k", ls="--", lw=1.0)
         ax.axhline(1.0, color="gray", lw=0.8)
         finite = [r[i] for r in ratio.values() if np.isfinite(r[i])]
-        ax.set_ylim(min([0.8, *finite]) * 0.95, max([margin, *finite]) * 1.08)
+        lo, hi = min([0.8, *finite]), max([margin, *finite])
+        ax.set_ylim(lo - 0.08 * (hi - lo), hi + 0.08 * (hi - lo))  # room for the value labels
         ax.set_ylabel("progressive loss ratio")
         ax.set_title(f"{title}; target ≤ {margin:g}", fontsize=10)
     axes[0].legend(fontsize=8)
