@@ -5,6 +5,9 @@
    :mod:`.multi_epoch` over the contenders of :mod:`.contenders`.
 3. Opt-in, ``--paper-data DIR``: the paper's own data sets (:mod:`.paper_data`).
 
+``--one-pass`` runs instead one untuned pass over the same data sets
+(:mod:`.one_pass`), the evidence for a learner that needs no tuning.
+
 Writes PNGs and the ``toy``, ``datasets`` and ``paper-data`` sections of
 OUT/benchmarks.md, and prints the tables.
 """
@@ -70,6 +73,22 @@ def tool_versions(with_vw: bool, with_river: bool) -> list[str]:
     out.append(f"vowpalwabbit {_version('vowpalwabbit')}" if with_vw else "without VW")
     out.append(f"river {_version('river')}" if with_river else "without River")
     return out
+
+
+def competitors(no_vw: bool, no_river: bool) -> tuple[bool, bool, list[str]]:
+    """(with VW, with River, what to say about those left out)."""
+    notes = []
+    with_vw = not no_vw and have("vowpalwabbit")
+    with_river = not no_river and have("river")
+    if not no_vw and not with_vw:
+        notes.append(missing_message("vowpalwabbit", "the VW columns"))
+    if not no_river and not with_river:
+        notes.append(missing_message("river", "the River columns and River's bundled data sets"))
+    notes += [f"{tool} left out (--no-{flag})" for tool, flag, off in
+              (("Vowpal Wabbit", "vw", no_vw), ("River", "river", no_river)) if off]
+    for n in notes:
+        say(n)
+    return with_vw, with_river, notes
 
 
 def run_toy_section(runner, s: Settings, out_dir: str, header) -> str:
@@ -157,17 +176,7 @@ def run_accuracy(out_dir: str, s: Settings, quick: bool, with_toy: bool, paper_d
                  paper_sets, no_vw: bool, no_river: bool, jobs: int, command: str) -> int:
     os.makedirs(out_dir, exist_ok=True)
     md = os.path.join(out_dir, "benchmarks.md")
-    notes = []
-    with_vw = not no_vw and have("vowpalwabbit")
-    with_river = not no_river and have("river")
-    if not no_vw and not with_vw:
-        notes.append(missing_message("vowpalwabbit", "the VW columns"))
-    if not no_river and not with_river:
-        notes.append(missing_message("river", "the River columns and River's bundled data sets"))
-    notes += [f"{tool} left out (--no-{flag})" for tool, flag, off in
-              (("Vowpal Wabbit", "vw", no_vw), ("River", "river", no_river)) if off]
-    for n in notes:
-        say(n)
+    with_vw, with_river, notes = competitors(no_vw, no_river)
     fams = families(s.lr_grid, with_vw, with_river)
     tools = tool_versions(with_vw, with_river)
     started = time.perf_counter()
@@ -194,9 +203,40 @@ def run_accuracy(out_dir: str, s: Settings, quick: bool, with_toy: bool, paper_d
                 per = run_datasets(runner, refs, s, fams, "paper data")
                 header = provenance(command, time.perf_counter() - t0, tools, quick)
                 report.update_section(md, "paper-data", datasets_body(
-                    f"The paper's own data sets (opt-in: `--paper-data`, read in place from {paper_dir})", per,
+                    "The paper's own data sets (opt-in: read in place from the folder given with "
+                    "`--paper-data DIR`)", per,
                     "bench_paper", out_dir, header, s, notes + missing))
     say(f"done in {time.perf_counter() - started:.0f} s; wrote {md}")
+    return 0
+
+
+def run_accuracy_one_pass(out_dir: str, s, quick: bool, paper_dir: str | None, paper_sets, no_vw: bool,
+                          no_river: bool, jobs: int, command: str) -> int:
+    """``--one-pass``: :mod:`.one_pass` over the bundled sets and, with
+    ``paper_dir``, the paper's; one section of OUT/benchmarks.md and a PNG."""
+    from pipelines.bench import one_pass
+
+    os.makedirs(out_dir, exist_ok=True)
+    with_vw, with_river, notes = competitors(no_vw, no_river)
+    names, skipped = available(s.datasets)
+    refs = [("bundled", n) for n in names]
+    if paper_dir:
+        found, missing = paper_refs(paper_dir, paper_sets)
+        refs, skipped = refs + found, skipped + missing
+    for m in skipped:
+        say(m)
+    started = time.perf_counter()
+    with TaskRunner(jobs) as runner:
+        per, more = one_pass.run_one_pass(runner, refs, s, with_vw, with_river, say)
+    seconds = time.perf_counter() - started
+    if not per:
+        say("no data set to run")
+        return 0
+    header = provenance(command, seconds, tool_versions(with_vw, with_river), False)
+    if quick:
+        header += "\n\n**Quick mode (a smoke test): 2 shuffles, 2 learning rates, 2 data sets. Not a result.**"
+    one_pass.write(per, out_dir, header, s, notes + more + skipped)
+    say(f"done in {seconds:.0f} s; wrote {os.path.join(out_dir, 'benchmarks.md')}")
     return 0
 
 
@@ -217,4 +257,4 @@ def paper_refs(root: str, names) -> tuple[list, list[str]]:
     return refs, missing
 
 
-__all__ = ["Settings", "QUICK", "run_accuracy"]
+__all__ = ["Settings", "QUICK", "run_accuracy", "run_accuracy_one_pass"]

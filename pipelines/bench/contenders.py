@@ -2,7 +2,8 @@
 
 A contender learns from the training rows in a given order, one example at a
 time with online semantics, returning the loss of each prediction made
-before learning from that example; and scores the test set without learning.
+before learning from that example and whether it named the right class; and
+scores the test set without learning.
 Families group the configurations of one method: a parameter-free method has
 one, a tuned method one per grid value (the best is chosen later).
 """
@@ -55,6 +56,46 @@ def families(lr_grid=LR_GRID, with_vw=True, with_river=True) -> list[Family]:
     return out
 
 
+# The one-pass comparison (pipelines/bench/one_pass.py): the learners of this
+# project it shows, by registry name (one not registered is left out with a
+# note), and the untuned competitors their progressive loss is held against.
+ONE_PASS_LEARNERS = ("scinol-mix", "scinol2")
+UNTUNED_COMPETITORS = ("VW default", "VW --coin", "River LogReg default", "River StandardScaler+LogReg")
+ZERO = "zero model"
+LABELS = {"scinol2": "ScInOL2", "scinol1": "ScInOL1", "kotlowski1": "Alg1-K17 (kotlowski1)"}
+
+
+def one_pass_families(learners, lr_grid, with_vw, with_river) -> tuple[list[Family], list[Family], list[str]]:
+    """(untuned families, tuned families, notes) for the one-pass comparison."""
+    from learners.registry import learner_names
+
+    known = set(learner_names())
+    ours = [Family(LABELS.get(n, n), "scinol-stream", n, free=True) for n in learners
+            if parse_spec(n)[0] in known]
+    notes = [f"{n}: not in this build's learner registry, left out" for n in learners
+             if parse_spec(n)[0] not in known]
+    untuned = ours + [Family(ZERO, "reference", "zero", free=True)]
+    everything = families(lr_grid, with_vw, with_river)
+    untuned += [f for f in everything if f.label in UNTUNED_COMPETITORS]
+    return untuned, [f for f in everything if f.tuned], notes
+
+
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """"scinol-mix:kt=0:eps=2" → ("scinol-mix", {"kt": 0.0, "eps": 2.0}): a
+    learner by registry name with parameters of its own (numbers)."""
+    name, *pairs = spec.split(":")
+    params = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{spec!r}: expected NAME or NAME:KEY=VALUE[:KEY=VALUE...]")
+        try:
+            params[key] = float(value)
+        except ValueError:
+            raise ValueError(f"{spec!r}: {key}={value!r} is not a number") from None
+    return name, params
+
+
 def param_text(family: Family, param) -> str:
     if param is None:
         return "-"
@@ -65,10 +106,33 @@ def param_text(family: Family, param) -> str:
 
 def make_contender(family: Family, param, data):
     if family.tool == "scinol-stream":
-        return OurLearner(family.method, {} if param is None else {"lr": param}, data.n_classes)
+        name, params = parse_spec(family.method)
+        return OurLearner(name, params if param is None else {**params, "lr": param}, data.n_classes)
     if family.tool == "vw":
         return VWLearner(family.method, param, data)
+    if family.tool == "reference":
+        return ZeroModel(data.n_classes)
     return RiverLearner(family.method, param, data)
+
+
+class ZeroModel:
+    """The model that never learns: every score 0, so every loss is ln K (ln 2
+    binary); its error is that of always naming class 0, the tie-break of the
+    score rules every learner here is read with."""
+
+    def __init__(self, n_classes: int):
+        self.k = n_classes
+
+    def _scored(self, y) -> tuple[np.ndarray, np.ndarray]:
+        scores = np.zeros(len(y)) if self.k == 2 else np.zeros((len(y), self.k))
+        return score_losses(scores, y), score_predictions(scores) == y
+
+    def learn_epoch(self, data, order) -> tuple[np.ndarray, np.ndarray]:
+        return self._scored(data.y_train[order])
+
+    def evaluate(self, data) -> tuple[float, float]:
+        losses, right = self._scored(data.y_test)
+        return float(losses.mean()), float(right.mean())
 
 
 class OurLearner:
@@ -79,10 +143,10 @@ class OurLearner:
         self.model = (make_learner(algo, "logistic", **params) if self.binary
                       else make_learner(algo, "softmax", n_classes=n_classes, **params))
 
-    def learn_epoch(self, data, order) -> np.ndarray:
+    def learn_epoch(self, data, order) -> tuple[np.ndarray, np.ndarray]:
         y = data.y_train[order]
         scores = self.model.learn(data.X_train[order], np.where(y == 1, 1.0, -1.0) if self.binary else y)
-        return capped(score_losses(scores, y))
+        return capped(score_losses(scores, y)), score_predictions(scores) == y
 
     def evaluate(self, data) -> tuple[float, float]:
         scores = self.model.decision_function(data.X_test)
@@ -129,7 +193,7 @@ class VWLearner:
         self.ws = Workspace(arg_list=args)
         self.train_text, self.test_text = _vw_text(data)
 
-    def learn_epoch(self, data, order) -> np.ndarray:
+    def learn_epoch(self, data, order) -> tuple[np.ndarray, np.ndarray]:
         ws, text = self.ws, self.train_text
         preds = []
         for i in order.tolist():
@@ -137,13 +201,16 @@ class VWLearner:
             ws.learn(ex)  # predicts first: the prediction below is from before this update
             preds.append(ex.get_simplelabel_prediction() if self.binary else ex.get_scalars())
             ws.finish_example(ex)
-        return self._losses(preds, data.y_train[order])
+        y = data.y_train[order]
+        return self._losses(preds, y), self._guess(preds) == y
 
     def evaluate(self, data) -> tuple[float, float]:
         preds = [self.ws.predict(line) for line in self.test_text]
         losses = self._losses(preds, data.y_test)
-        guess = (np.array(preds) > 0).astype(np.int64) if self.binary else np.argmax(np.array(preds), axis=1)
-        return float(losses.mean()), float(np.mean(guess == data.y_test))
+        return float(losses.mean()), float(np.mean(self._guess(preds) == data.y_test))
+
+    def _guess(self, preds) -> np.ndarray:
+        return (np.array(preds) > 0).astype(np.int64) if self.binary else np.argmax(np.array(preds), axis=1)
 
     def _losses(self, preds, y) -> np.ndarray:
         if self.binary:
@@ -190,14 +257,15 @@ class RiverLearner:
             return np.full(self.k, 1.0 / self.k)
         return np.array([float(got.get(self._label(c), 0.0)) for c in range(self.k)])
 
-    def learn_epoch(self, data, order) -> np.ndarray:
+    def learn_epoch(self, data, order) -> tuple[np.ndarray, np.ndarray]:
         rows, y = self.train_rows, data.y_train
-        p_true = np.empty(len(order))
+        p_true, right = np.empty(len(order)), np.empty(len(order), dtype=bool)
         for n, i in enumerate(order.tolist()):
             x, c = rows[i], int(y[i])
-            p_true[n] = self._proba(x)[c]
+            p = self._proba(x)
+            p_true[n], right[n] = p[c], np.argmax(np.nan_to_num(p, nan=-1.0)) == c
             self.model.learn_one(x, self._label(c))
-        return capped(proba_losses(p_true))
+        return capped(proba_losses(p_true)), right
 
     def evaluate(self, data) -> tuple[float, float]:
         P = np.array([self._proba(x) for x in self.test_rows])

@@ -38,6 +38,7 @@ class Task:
 @dataclass
 class RunResult:
     progressive: float      # mean loss of the predictions made during the first pass
+    progressive_err: float  # and the fraction of them naming the wrong class
     test_loss: np.ndarray   # after each pass
     test_acc: np.ndarray
     seconds: float
@@ -63,13 +64,13 @@ def run_task(task: Task) -> RunResult:
     data = load_dataset(task.dataset)
     t0 = time.perf_counter()
     contender = make_contender(task.family, task.param, data)
-    losses, accs, progressive = np.empty(task.epochs), np.empty(task.epochs), np.nan
+    losses, accs, progressive, err = np.empty(task.epochs), np.empty(task.epochs), np.nan, np.nan
     for e in range(task.epochs):
-        step = contender.learn_epoch(data, epoch_order(len(data.y_train), task.run, e))
+        step, right = contender.learn_epoch(data, epoch_order(len(data.y_train), task.run, e))
         if e == 0:
-            progressive = float(step.mean())
+            progressive, err = float(step.mean()), 1.0 - float(right.mean())
         losses[e], accs[e] = contender.evaluate(data)
-    return RunResult(progressive, losses, accs, time.perf_counter() - t0)
+    return RunResult(progressive, err, losses, accs, time.perf_counter() - t0)
 
 
 @dataclass
@@ -80,7 +81,8 @@ class FamilyResult:
     grid_losses: dict = field(default_factory=dict)  # grid value → mean final test loss on the tuning runs
 
     def stat(self, what: str) -> tuple[float, float]:
-        values = np.array([getattr(r, what) if what == "progressive" else getattr(r, what)[-1] for r in self.runs])
+        values = np.array([getattr(r, what) if what.startswith("progressive") else getattr(r, what)[-1]
+                           for r in self.runs])
         return float(values.mean()), float(values.std())
 
     def curve(self, what: str) -> tuple[np.ndarray, np.ndarray]:

@@ -128,3 +128,41 @@ def datasets_figure(per_dataset: list, path: str, what: str = "test_loss") -> No
     fig.tight_layout(rect=(0, 1.0 / (3.4 * rows + 1.0), 1, 0.94))
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def ratio_figure(verdicts, path: str, competitor_margin: float, zero_margin: float) -> None:
+    """The one-pass targets: each learner's progressive loss over the best
+    untuned competitor's (a) and over the zero model's (b), per data set,
+    with the target drawn as a dashed line."""
+    plt = _pyplot()
+    sets = list(dict.fromkeys(v.data for v in verdicts))
+    learners = list(dict.fromkeys(v.learner for v in verdicts))
+    ratio = {(v.data, v.learner): (v.vs_competitor, v.vs_zero) for v in verdicts}
+    fig, axes = plt.subplots(2, 1, figsize=(max(8.0, 0.9 * len(sets) + 3), 8), sharex=True)
+    width = 0.8 / max(1, len(learners))
+    x = np.arange(len(sets))
+    for i, (ax, margin, title) in enumerate(zip(axes, (competitor_margin, zero_margin),
+                                                ("(a) over the best untuned competitor (VW, River)",
+                                                 "(b) over the zero model (ln K)"))):
+        for j, learner in enumerate(learners):
+            values = np.array([ratio.get((d, learner), (np.nan, np.nan))[i] for d in sets])
+            # bars start at 1 (as good as the reference): up is worse, down is better
+            bars = ax.bar(x + (j - (len(learners) - 1) / 2) * width, np.nan_to_num(values - 1.0, nan=0.0), width,
+                          bottom=1.0, color=FAMILY_COLOURS.get(learner, f"C{j}"), label=learner)
+            for bar, value in zip(bars, values):
+                if np.isfinite(value):
+                    ax.annotate(f"{value:.3f}", (bar.get_x() + bar.get_width() / 2, value), ha="center",
+                                va="bottom" if value >= 1 else "top", fontsize=7)
+        ax.axhline(margin, color="k", ls="--", lw=1.0)
+        ax.axhline(1.0, color="gray", lw=0.8)
+        finite = [r[i] for r in ratio.values() if np.isfinite(r[i])]
+        lo, hi = min([0.8, *finite]), max([margin, *finite])
+        ax.set_ylim(lo - 0.08 * (hi - lo), hi + 0.08 * (hi - lo))  # room for the value labels
+        ax.set_ylabel("progressive loss ratio")
+        ax.set_title(f"{title}; target ≤ {margin:g}", fontsize=10)
+    axes[0].legend(fontsize=8)
+    axes[-1].set_xticks(x, sets, rotation=30, ha="right")
+    fig.suptitle("One pass, untuned: progressive loss ratios (lower is better)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
                                                         "breast cancer and wine only, a small toy")
     a.add_argument("--runs", type=int, help="runs per data set (default 10)")
     a.add_argument("--toy-runs", type=int, help="toy training sets (default 10)")
-    a.add_argument("--tune-runs", type=int, help="runs each grid value gets before the best is chosen (default 3)")
+    a.add_argument("--tune-runs", type=int, help="runs each grid value gets before the best is chosen "
+                                                 "(default 3; with --one-pass, 1 shuffle)")
     a.add_argument("--epochs", type=int, help="passes over each training set (default: per data set)")
     a.add_argument("--lr-grid", metavar="LR,LR,...", help="learning rates the tuned methods try on real data "
                                                           "(default: the union of the paper's two grids, 1e-5..10)")
@@ -41,6 +42,13 @@ def add_parser(sub) -> None:
     a.add_argument("--no-vw", action="store_true", help="leave Vowpal Wabbit out")
     a.add_argument("--no-river", action="store_true", help="leave River out")
     a.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    a.add_argument("--one-pass", action="store_true",
+                   help="instead: one untuned pass over every data set (3 shuffles), our learners beside VW "
+                        "default, VW --coin, River default and River+StandardScaler and the zero model, plus the "
+                        "test-tuned best; progressive and test loss and error, ratios checked against targets")
+    a.add_argument("--learners", metavar="A,B,...",
+                   help="with --one-pass: our learners by registry name, each optionally NAME:KEY=VALUE[:KEY=VALUE] "
+                        "(default: scinol-mix,scinol2; unregistered ones are noted and left out)")
 
     t = bsub.add_parser("throughput", help="examples/s: kernels vs VW, `scinol learn` vs VW's driver, "
                                            "pipeline vs a plain Kafka loop",
@@ -77,13 +85,78 @@ def _known_names(datasets, paper_sets, paper_dir) -> None:
 
 
 def _command_line(argv_tail) -> str:
-    return "scinol bench " + " ".join(shlex.quote(a) for a in argv_tail)
+    """The command as the report shows it; a --paper-data folder is shown as DIR
+    (where the data sit on one machine is no part of the result)."""
+    shown = []
+    for a in argv_tail:
+        if shown and shown[-1] == "--paper-data":
+            a = "DIR"
+        elif a.startswith("--paper-data="):
+            a = "--paper-data=DIR"
+        shown.append(a)
+    return "scinol bench " + " ".join(shlex.quote(a) for a in shown)
+
+
+def _grid(text: str) -> tuple:
+    try:
+        grid = tuple(float(v) for v in _names(text))
+    except ValueError:
+        raise UsageError(f"bench accuracy: --lr-grid {text!r}: expected numbers like 0.01,0.1,1") from None
+    if not grid or min(grid) <= 0:
+        raise UsageError(f"bench accuracy: --lr-grid {text!r}: expected positive numbers")
+    return grid
+
+
+def _check_learners(specs) -> None:
+    """Each registered learner named with parameters must accept them (an
+    unregistered name is the benchmark's to note and leave out)."""
+    from learners import make_learner
+    from learners.registry import learner_names
+    from pipelines.bench.contenders import parse_spec
+
+    for spec in specs:
+        try:
+            name, params = parse_spec(spec)
+            if name in learner_names():
+                make_learner(name, "logistic", **params)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"bench accuracy: --learners {spec}: {exc}") from None
+
+
+def _one_pass(args, command: str) -> int:
+    from dataclasses import replace
+
+    from pipelines.bench.accuracy import run_accuracy_one_pass
+    from pipelines.bench.one_pass import QUICK_ONE_PASS, OnePassSettings
+
+    for name in ("toy_runs", "epochs"):
+        if getattr(args, name) is not None:
+            raise UsageError(f"bench accuracy: --{name.replace('_', '-')} does not apply to --one-pass")
+    _positive(args, ["runs", "tune_runs", "jobs"])
+    s = QUICK_ONE_PASS if args.quick else OnePassSettings()
+    overrides = {k: getattr(args, k) for k in ("runs", "tune_runs") if getattr(args, k) is not None}
+    if args.datasets is not None:
+        overrides["datasets"] = _names(args.datasets)
+    if args.lr_grid is not None:
+        overrides["lr_grid"] = _grid(args.lr_grid)
+    if args.learners is not None:
+        overrides["learners"] = _names(args.learners)
+        if not overrides["learners"]:
+            raise UsageError("bench accuracy: --learners: name at least one learner")
+        _check_learners(overrides["learners"])
+    s = replace(s, **overrides)
+    paper_sets = _names(args.paper_sets)
+    _known_names(s.datasets, paper_sets, args.paper_data)
+    return run_accuracy_one_pass(args.out, s, args.quick, args.paper_data, paper_sets, args.no_vw, args.no_river,
+                                 args.jobs, command)
 
 
 def run(args) -> int:
     """The report records the command line as parsed (``args.argv``)."""
     argv = args.argv
     tail = argv[argv.index("bench") + 1:] if "bench" in argv else [args.bench_command]
+    if args.bench_command == "accuracy" and args.one_pass:
+        return _one_pass(args, _command_line(tail))
     if args.bench_command == "accuracy":
         from dataclasses import replace
 
@@ -96,13 +169,9 @@ def run(args) -> int:
         if args.datasets is not None:
             overrides["datasets"] = _names(args.datasets)
         if args.lr_grid is not None:
-            try:
-                grid = tuple(float(v) for v in _names(args.lr_grid))
-            except ValueError:
-                raise UsageError(f"bench accuracy: --lr-grid {args.lr_grid!r}: expected numbers like 0.01,0.1,1") from None
-            if not grid or min(grid) <= 0:
-                raise UsageError(f"bench accuracy: --lr-grid {args.lr_grid!r}: expected positive numbers")
-            overrides["lr_grid"] = grid
+            overrides["lr_grid"] = _grid(args.lr_grid)
+        if args.learners is not None:
+            raise UsageError("bench accuracy: --learners needs --one-pass")
         s = replace(s, **overrides)
         paper_sets = _names(args.paper_sets)
         _known_names(s.datasets, paper_sets, args.paper_data)

@@ -137,3 +137,73 @@ def test_losses_match_their_definitions():
     np.testing.assert_allclose(softmax_score_losses(S, np.array([0, 0])), [-math.log(p[0]), 0.0], atol=1e-12)
     np.testing.assert_allclose(proba_losses(np.array([1.0, 0.0, np.nan])), [0.0, LOSS_CAP, LOSS_CAP])
     assert capped(np.array([1e9, np.nan]))[0] == LOSS_CAP
+
+
+def test_one_pass_quick_table_holds_every_set_and_contender_and_its_ratios(tmp_path, capsys):
+    """`--one-pass --quick`: every data set and contender is in the tables, and
+    the ratios and verdicts printed agree with the losses printed beside them."""
+    from pipelines.bench.contenders import UNTUNED_COMPETITORS
+    from pipelines.bench.one_pass import DETAIL_HEADER, VERDICT_HEADER
+
+    md, output = run_quick(tmp_path, capsys, "--one-pass")
+    assert "scinol-mix" in output  # named in the list: run if registered, noted if not
+    vw, river = have("vowpalwabbit"), have("river")
+    rivals = [c for c in UNTUNED_COMPETITORS if (vw or "VW" not in c) and (river or "River" not in c)]
+    assert len(rivals) == 2 * vw + 2 * river
+    verdict = table_after(md, "One pass, untuned")
+    assert len(verdict[0]) == len(VERDICT_HEADER)
+    assert {r[0] for r in verdict} == {"breast-cancer", "wine"} and "ScInOL2" in {r[2] for r in verdict}
+    for name in ("breast-cancer", "wine"):
+        rows = {r[0]: r for r in table_after(md, f"### {name} (one pass)")}
+        assert len(next(iter(rows.values()))) == len(DETAIL_HEADER)
+        tuned = [label for label in rows if label.startswith("† test-tuned best: ")]
+        assert {*rivals, "ScInOL2", "zero model"} <= set(rows) and len(tuned) == 1
+        prog = {label: mean_of(r[1]) for label, r in rows.items()}
+        for r in rows.values():
+            assert 0 <= mean_of(r[2]) <= 1 and 0 <= mean_of(r[4]) <= 1 and 0 <= mean_of(r[3]) <= LOSS_CAP, r
+        k = 2 if name == "breast-cancer" else 3
+        assert math.isclose(prog["zero model"], math.log(k), abs_tol=1e-4)
+        for v in (v for v in verdict if v[0] == name):
+            mine = prog[v[2]]
+            assert math.isclose(float(v[3]), mine, abs_tol=1e-4)
+            assert math.isclose(float(v[6]), math.log(k), abs_tol=1e-4)
+            assert math.isclose(float(v[7]), mine / prog["zero model"], abs_tol=2e-3)
+            ok = float(v[7]) <= 1.01
+            if rivals:
+                best = min(rivals, key=prog.get)
+                assert v[4].startswith(best) and math.isclose(float(v[5]), mine / prog[best], abs_tol=2e-3)
+                ok = ok and float(v[5]) <= 1.02
+            if k > 2 and vw:
+                assert math.isclose(float(v[9].rstrip("%")), 100 * mean_of(rows["VW default"][2]), abs_tol=0.06)
+                ok = ok and float(v[8].rstrip("%")) <= float(v[9].rstrip("%"))
+            assert (v[10] == "pass") == ok, v
+    assert_png(tmp_path / "bench_one_pass.png")
+    assert "](bench_one_pass.png)" in md and "Quick mode" in md and "test-tuned best" in md
+
+
+def test_one_pass_rejects_options_of_the_multi_pass_run(tmp_path, capsys):
+    assert main(["bench", "accuracy", "--one-pass", "--epochs", "2", "--out", str(tmp_path)]) == 2
+    assert main(["bench", "accuracy", "--learners", "scinol2", "--quick", "--out", str(tmp_path)]) == 2
+    assert main(["bench", "accuracy", "--one-pass", "--learners", "scinol2:bogus=1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == "scinol: error: bench accuracy: --epochs does not apply to --one-pass"
+    assert err[1] == "scinol: error: bench accuracy: --learners needs --one-pass"
+    assert err[2].startswith("scinol: error: bench accuracy: --learners scinol2:bogus=1: scinol2 has no parameter")
+    assert len(err) == 3
+
+
+def test_one_pass_without_vw_and_river_checks_the_zero_model_only(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vowpalwabbit", None)
+    monkeypatch.setitem(sys.modules, "river", None)
+    md, output = run_quick(tmp_path, capsys, "--one-pass", "--datasets", "wine",
+                           "--learners", "scinol2,scinol2:eps=4,kotlowski2,nope")
+    assert "vowpalwabbit not installed" in md and "nope: not in this build's learner registry" in md
+    assert "kotlowski2 left out: kotlowski2 has one output" in md  # binary only; wine has 3 classes
+    rows = {r[0]: r for r in table_after(md, "### wine (one pass)")}
+    assert set(rows) == {"ScInOL2", "scinol2:eps=4", "zero model"} | {k for k in rows if k.startswith("† test-tuned")}
+    assert rows["ScInOL2"][1] != rows["scinol2:eps=4"][1]  # the parameter reached the learner
+    verdict = table_after(md, "One pass, untuned")
+    assert [v[2] for v in verdict] == ["ScInOL2", "scinol2:eps=4"]
+    for v in verdict:
+        assert v[4] == v[5] == v[9] == "n/a"
+        assert (v[10] == "pass") == (float(v[7]) <= 1.01)
