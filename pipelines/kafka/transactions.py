@@ -19,13 +19,44 @@ No Beam here.
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from .group_offsets import committed_offsets
 from .producer import KafkaDeliveryError, KafkaWriter
+
+
+log = logging.getLogger("pipelines.kafka")
+_STUCK = "the call did not return within its timeout"
+
+
+def _within(timeout: float, call, *args):
+    """``call(*args)`` in a thread, given ``timeout`` + 5 s to return:
+    librdkafka's send_offsets_to_transaction can block past its own timeout
+    when the group coordinator went down (confluentinc/librdkafka#5456), and
+    a blocked call must not hang the pipeline. A call that does not return
+    raises a _TIMED_OUT KafkaException and is left running (daemon)."""
+    import threading
+
+    outcome: dict = {}
+
+    def target():
+        try:
+            outcome["value"] = call(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="scinol-txn-call", daemon=True)
+    thread.start()
+    thread.join(timeout + 5.0)
+    if thread.is_alive():
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, _STUCK))
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 class TransactionsUnsupported(RuntimeError):
@@ -37,14 +68,19 @@ class TransactionalOutput:
     ``name`` identifies the writer across restarts (its ``transactional.id``
     and its consumer group, ``scinol-eos-<name>``)."""
 
+    STUCK_AFTER = 20.0
+    """Seconds a transaction may make no progress before its producer is
+    replaced (see :meth:`commit`)."""
+
     def __init__(self, bootstrap: str, topic: str, name: str, config: dict | None = None, timeout: float = 60.0,
                  ride_out: float = 60.0):
         self.group = f"scinol-eos-{name}"
+        self.bootstrap, self.config = bootstrap, dict(config or {})
         self.timeout, self.ride_out = timeout, ride_out
         self.dead = False
-        self.writer = KafkaWriter(bootstrap, topic, {**(config or {}), "transactional.id": self.group})
-        self.groups = Consumer({"bootstrap.servers": bootstrap, **(config or {}), "group.id": self.group,
+        self.groups = Consumer({"bootstrap.servers": bootstrap, **self.config, "group.id": self.group,
                                 "enable.auto.commit": False, "isolation.level": "read_committed"})
+        self.writer = KafkaWriter(bootstrap, topic, {**self.config, "transactional.id": self.group})
         try:
             self.writer.producer.init_transactions(timeout)
         except KafkaException as exc:
@@ -73,26 +109,64 @@ class TransactionalOutput:
         outage is ridden out for up to ``ride_out`` seconds (a transaction
         the broker aborted meanwhile is written again); then, or at once
         when fenced, KafkaDeliveryError: the runner retries the bundle from
-        its last snapshot with a new writer. (A transaction open across an
-        Apache Kafka restart was seen not to complete within 200 s here;
-        a new writer, which aborts it, is the way out.)"""
+        its last snapshot with a new writer.
+
+        A transaction open across an Apache Kafka crash and restart was seen
+        never to complete (the producer waits on it for good). After
+        :attr:`STUCK_AFTER` seconds without success the producer is replaced
+        by a new one with the same ``transactional.id``, whose start aborts
+        or completes the old transaction; the group's committed position
+        then tells whether it committed (all or nothing), and the batch is
+        written again only if it did not."""
         positions = {**self.covered}
         for (topic, partition), offset in inputs.items():
             positions[(topic, partition)] = max(self._covered(topic, partition), offset)
         deadline = time.monotonic() + self.ride_out
         while True:
+            attempt_ends = min(deadline, time.monotonic() + self.STUCK_AFTER)
             try:
-                self._transaction(messages, positions, deadline)
+                self._transaction(messages, positions, attempt_ends)
                 break
             except KafkaException as exc:
                 error = exc.args[0]
-                if not error.txn_requires_abort() or time.monotonic() >= deadline:
+                if error.fatal() or time.monotonic() >= deadline:  # fenced by a newer writer, or out of time
                     self.dead = self.dead or error.fatal()
                     raise KafkaDeliveryError(f"transaction on topic {self.writer.topic!r} failed: "
                                              f"{error.str()}") from None
-                self._retrying(self.writer.producer.abort_transaction, deadline)
+                if error.txn_requires_abort():
+                    self._retrying(self.writer.producer.abort_transaction, deadline)
+                    continue
+                stuck = error.code() == KafkaError._TIMED_OUT and error.str() == _STUCK
+                log.warning("Kafka transaction on %r made no progress for %.0f s (%s); starting a new "
+                            "transactional producer, which ends it", self.writer.topic, self.STUCK_AFTER, error.str())
+                self._replace_producer(deadline, close_old=not stuck)
+                if self._committed(positions):
+                    break  # the stuck transaction had committed: nothing to write again
         self.writer.check()
         self.covered = positions
+
+    def _replace_producer(self, deadline: float, close_old: bool) -> None:
+        """A new transactional producer in place of a stuck one (same
+        ``transactional.id``: starting it ends the old transaction). One
+        still blocked in a call (``close_old`` False) is left to its thread,
+        which the new producer's fencing releases."""
+        old = self.writer
+        old.producer, stuck = None, old.producer
+        if close_old:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:  # nothing of it is kept: the new producer aborts or finishes its transaction
+                    stuck.close() if hasattr(stuck, "close") else None
+                except KafkaException:
+                    pass
+        self.writer = KafkaWriter(self.bootstrap, old.topic, {**self.config, "transactional.id": self.group})
+        self._retrying(self.writer.producer.init_transactions, deadline)
+
+    def _committed(self, positions: dict) -> bool:
+        """Whether the group already holds ``positions`` (the transaction that carried them committed)."""
+        wanted = [TopicPartition(t, p) for (t, p) in positions]
+        found = committed_offsets(self.groups, wanted, self.timeout)
+        return all(tp.offset >= positions[(tp.topic, tp.partition)] for tp in found)
 
     def _transaction(self, messages, positions: dict, deadline: float) -> None:
         producer = self.writer.producer
@@ -101,7 +175,8 @@ class TransactionalOutput:
             self.writer.produce(value, key)
         offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
         group = self.groups.consumer_group_metadata()
-        self._retrying(lambda timeout: producer.send_offsets_to_transaction(offsets, group, timeout), deadline)
+        self._retrying(lambda timeout: _within(timeout, producer.send_offsets_to_transaction, offsets, group,
+                                               timeout), deadline)
         self._retrying(producer.commit_transaction, deadline)
 
     def _retrying(self, call, deadline: float) -> None:

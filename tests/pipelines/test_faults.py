@@ -145,6 +145,18 @@ def test_broker_port_refusing_connections(broker_kind, stream, tmp_path):
 
 @pytest.mark.kafka
 @pytest.mark.slow
+def test_with_exactly_once_a_broker_crash_and_restart_writes_each_prediction_once(stream, tmp_path):
+    """Apache Kafka killed (-9) mid-stream and restarted on its data 5 s
+    later, with ``--exactly-once``: transactions open at the crash are
+    aborted or ridden out, and a read_committed consumer sees every
+    prediction exactly once."""
+    result = run_broker_fault_trial("restart", 5, stream, str(tmp_path), ("--exactly-once",), broker_kind="kafka")
+    _assert_survived(result)
+    assert result.duplicate_predictions == 0, result
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
 def test_writer_waits_out_a_refusing_broker_and_says_so(broker_kind, caplog):
     """The prediction writer's flush (before every checkpoint) rides out an
     outage with warnings, where it used to give up after 60 s."""

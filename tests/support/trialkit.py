@@ -365,16 +365,20 @@ def _check_input_order(bootstrap: str, topic: str, stream: Stream) -> None:
 def run_broker_fault_trial(kind: str, seconds: float, stream: Stream, work: str,
                            extra_flags: tuple = (), broker_kind: str = "tansu") -> TrialResult:
     """``scinol run`` through a broker (``broker_kind``: tansu or kafka) that
-    is paused (kind ``sigstop``) or whose port refuses connections
-    (``refuse``) for ``seconds`` while events keep coming; it must finish by
-    itself with everything learned once."""
+    is paused (kind ``sigstop``), whose port refuses connections
+    (``refuse``), or that is killed and restarted on its data (``restart``,
+    Apache Kafka only: tansu keeps its data in memory) for ``seconds`` while
+    events keep coming; it must finish by itself with everything learned
+    once."""
+    if kind == "restart" and broker_kind != "kafka":
+        raise ValueError("a broker restart keeps the data on Apache Kafka only")
     import threading
 
     from tests.support.faultkit import ProxiedBroker, pause_process
 
     os.makedirs(work, exist_ok=True)
-    result = TrialResult(f"broker-{kind}", [f"broker {'SIGSTOP' if kind == 'sigstop' else 'port refusing'} "
-                                            f"{seconds:.0f} s"])
+    what = {"sigstop": "SIGSTOP", "refuse": "port refusing", "restart": "killed and restarted, down"}[kind]
+    result = TrialResult(f"broker-{kind}", [f"broker {what} {seconds:.0f} s"])
     start = time.monotonic()
     topic, ckpt_dir = f"broker-{kind}-{time.time_ns()}", os.path.join(work, "ckpt")
     lengths = {len(v) for v in stream.values.values()}
@@ -400,6 +404,8 @@ def run_broker_fault_trial(kind: str, seconds: float, stream: Stream, work: str,
                     result.faults_injected = 1
                     if kind == "sigstop":
                         pause_process(broker.pid, seconds)
+                    elif kind == "restart":
+                        broker.broker.restart(kill=True, down_for=seconds)
                     else:
                         broker.proxy.refuse()
                         assert broker.proxy.refusing()
