@@ -60,7 +60,7 @@ def toy_figure(result, path: str) -> None:
             ax.set_title("(b) between the optimal and the zero model")
     axes[0].legend(loc="upper right", fontsize=8)
     grid = ", ".join(f"{v:g}" for v in result.grid)
-    fig.suptitle(f"Seed 000 §4.1 toy data: mean of {result.runs} training sets of {result.n_train:,}, "
+    fig.suptitle(f"Kempka et al. 2019 §4.1 toy data: mean of {result.runs} training sets of {result.n_train:,}, "
                  f"test set {result.n_test:,}; SGD/AdaGrad/Adam/NAG at lr ∈ {{{grid}}}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -1,4 +1,5 @@
-"""Seed 000 §4.1, the illustrative experiment (Figure 1).
+"""Kempka, Kotłowski, Warmuth 2019, "Adaptive Scale-Invariant Online Algorithms for
+Learning Linear Models", §4.1, the illustrative experiment (Figure 1).
 
 21 features on scales 2^-10..2^10, 5,000 training and 100,000 test examples
 per random training set (``learners.datasets``), logistic loss, one online

@@ -407,7 +407,7 @@ def ogd_streams():
 @pytest.mark.parametrize("stream", list(ogd_streams()), ids=lambda s: s[0])
 @pytest.mark.parametrize("R", [0.01, 1.0, 100.0])
 def test_ogd_theorem3_regret_bound(stream, R):
-    """Seed 001, Theorem 3 with η_{t,i} = D_i/√(2 Σ_{s≤t} g_{s,i}²): for every
+    """Streeter & McMahan 2010, "Less Regret via Online Conditioning", Theorem 3 with η_{t,i} = D_i/√(2 Σ_{s≤t} g_{s,i}²): for every
     coordinate and every T, Σ_t g_{t,i}(w_{t,i} − u_i) ≤ D_i √(2 Σ_t g_{t,i}²)
     for all u_i ∈ [−R, R] (checked at the worst, u_i = −R sgn Σ_t g_{t,i});
     summed, and ≤ D √(2 Σ_t ‖g_t‖²) (inequality (5)), D = 2R√n."""
@@ -428,7 +428,7 @@ def test_ogd_theorem3_regret_bound(stream, R):
 @pytest.mark.parametrize("stream", list(ogd_streams()), ids=lambda s: s[0])
 @pytest.mark.parametrize("R", [0.01, 1.0, 100.0])
 def test_ogd_global_theorem2_regret_bound(stream, R):
-    """Seed 001, Theorem 2: η_t = D/√(2 Σ_{s≤t} ‖g_s‖²) gives regret ≤
+    """Streeter & McMahan 2010, "Less Regret via Online Conditioning", Theorem 2: η_t = D/√(2 Σ_{s≤t} ‖g_s‖²) gives regret ≤
     D √(2 Σ_t ‖g_t‖²). The theorem takes D fixed; the learner estimates it
     from the coordinates seen, which is the true diameter 2R√n once every
     coordinate has been seen, here at t = 1 (so the theorem applies)."""

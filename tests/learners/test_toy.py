@@ -1,4 +1,4 @@
-"""Seed 000 §4.1: one pass of ScInOL2 on the illustrative data set gets close
+"""Kempka et al. 2019, §4.1: one pass of ScInOL2 on the illustrative data set gets close
 to the best model without any tuning (the best scores ~0.26, the zero model ln 2)."""
 
 import numpy as np

@@ -55,7 +55,7 @@ def _predict(x, w, K):
 
 
 class ReferenceOGD:
-    """Seed 001, Algorithm 1 (``global_rate=False``) or Theorem 2's global rate."""
+    """Streeter & McMahan 2010, "Less Regret via Online Conditioning", Algorithm 1 (``global_rate=False``) or Theorem 2's global rate."""
 
     def __init__(self, d: int, n_outputs: int = 1, radius: float = 100.0, scale: float = 1.0,
                  global_rate: bool = False):
@@ -113,7 +113,7 @@ def clip_norm(vec):
 
 
 class ReferenceKT:
-    """Seed 002: ``variant`` "alg1" (Algorithm 1), "avg" (Algorithm 3's
+    """Orabona & Pál 2016, "Parameter-Free Convex Learning through Coin Betting": ``variant`` "alg1" (Algorithm 1), "avg" (Algorithm 3's
     averaged iterate for offline predictions) or "coord" (per coordinate).
     ``clip=False`` feeds the raw gradients (outside Theorem 1's assumption),
     only to show what the clipping prevents."""
