@@ -81,10 +81,14 @@ def pipeline_options(cfg: RunConfig) -> tuple[PipelineOptions, object]:
     options = PipelineOptions(cfg.beam_args)
     standard = options.view_as(StandardOptions)
     runner_name = standard.runner
-    # Sharded mode's feedback loop needs pipelined exchanges: a runner that
-    # runs a bounded pipeline stage by stage (Flink's batch mode) would wait
-    # for feedback that the next stage has not begun to make.
-    standard.streaming = standard.streaming or not cfg.bounded or (cfg.shards is not None and bool(runner_name))
+    # Never Flink's batch mode: it does not keep a partition's order on the
+    # way to the keyed model, which exact mode relies on (docs/runners.md).
+    # And sharded mode's feedback loop needs pipelined exchanges: a runner
+    # that runs a bounded pipeline stage by stage would wait for feedback
+    # that the next stage has not begun to make.
+    flink = "flink" in (runner_name or "").lower()
+    standard.streaming = (standard.streaming or not cfg.bounded or flink
+                          or (cfg.shards is not None and bool(runner_name)))
     if runner_name:
         return options, runner_name
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner

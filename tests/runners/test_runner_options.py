@@ -112,3 +112,17 @@ def test_a_worker_pool_runs_the_sdk_harness_external():
         flink(worker_pool="[local]")
     with pytest.raises(ValueError, match="--worker-pool applies to --runner flink only"):
         beam_args(RunnerOptions("prism", worker_pool="localhost:50000"), [])
+
+
+def test_a_bounded_run_never_uses_flinks_batch_mode_even_with_beam_flags_alone(tmp_path):
+    """Flink's batch mode reorders a partition's events on the way to the
+    keyed model (docs/runners.md): a bounded run that names FlinkRunner
+    only through Beam flags still streams; the in-process runner does not."""
+    from pipelines.launch import pipeline_options
+    from tests.support.runs import config
+
+    flink_cfg = config("127.0.0.1:9092", "t", tmp_path, beam_args=["--runner=FlinkRunner"])
+    options, runner = pipeline_options(flink_cfg)
+    assert runner == "FlinkRunner" and options.view_as(StandardOptions).streaming
+    options, _ = pipeline_options(config("127.0.0.1:9092", "t", tmp_path))
+    assert not options.view_as(StandardOptions).streaming
