@@ -80,6 +80,24 @@ def test_sharded_mode_on_embedded_flink_equals_exact_mode(apache_kafka, topic_na
     np.testing.assert_allclose([by_id[e["id"]] for e in events], want, rtol=1e-9, atol=1e-12)
 
 
+def test_sharded_mode_on_the_session_cluster_equals_exact_mode(apache_kafka, topic_name, tmp_path,
+                                                               flink_job_server_jar, flink_cluster):
+    """Two shards, two TaskManagers (parallelism 2): the shards, the
+    combiner and the feedback loop spread over the cluster still give
+    exact mode's predictions at staleness 0."""
+    kafka_bootstrap = apache_kafka.bootstrap
+    X, y, events = toy_stream(24)  # about 1.7 s per event at staleness 0 on Flink (docs/runners.md)
+    produce_events(kafka_bootstrap, topic_name, events, partitions=1, progress=False)
+    cfg = config(kafka_bootstrap, topic_name, tmp_path, shards=2, max_staleness=0,
+                 beam_args=flink_args(flink_job_server_jar, flink_cluster.master, "--parallelism=2",
+                                      "--max_bundle_time_millis=20"))
+    run(cfg)
+    want, _ = straight(X, y)
+    by_id = {p["event_id"]: p["score"] for p in predictions_of(kafka_bootstrap, cfg.predictions_topic)}
+    assert sorted(by_id) == sorted(e["id"] for e in events)
+    np.testing.assert_allclose([by_id[e["id"]] for e in events], want, rtol=1e-9, atol=1e-12)
+
+
 def _flink_job(cluster, before: set, timeout: float = 180.0) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
