@@ -97,8 +97,13 @@ def _run_timed(cfg, expected: int) -> tuple[float, int]:
     run(cfg)
     elapsed = time.perf_counter() - t0
     consumer = Consumer({"bootstrap.servers": cfg.bootstrap, "group.id": f"count-{time.time_ns()}"})
-    try:
-        _, written = consumer.get_watermark_offsets(TopicPartition(cfg.predictions_topic, 0), timeout=30)
+    try:  # the broker may report the end a moment behind the acknowledged writes
+        deadline = time.monotonic() + 30
+        while True:
+            _, written = consumer.get_watermark_offsets(TopicPartition(cfg.predictions_topic, 0), timeout=30)
+            if written >= expected or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
     finally:
         consumer.close()
     if written < expected:
@@ -172,7 +177,11 @@ def late_label_cases(broker, n: int, delay: int = 10_000, repeats: int = 1) -> l
     best: dict[str, tuple[float, int]] = {}
     for _ in range(repeats):
         for what, make in cases.items():
-            seconds, written = _run_timed(make(), n)
+            cfg_ = make()
+            try:
+                seconds, written = _run_timed(cfg_, n)
+            except RuntimeError as exc:
+                raise RuntimeError(f"{what}: {exc} (topic {cfg_.topic})") from None
             if what not in best or seconds < best[what][0]:
                 best[what] = (seconds, written)
     return [{"what": what, "events": n, "events_per_s": n / s, "late": written - n}

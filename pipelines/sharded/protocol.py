@@ -62,6 +62,7 @@ class Slice(NamedTuple):
     values: np.ndarray
     learning: bool  # labelled: the shard will get a g to update with
     head: tuple | None  # shard 0 only: (Position, event) for the Combiner
+    cut: bool = False  # shard 0 only: the Router saved its part of a checkpoint cut at this event
 
 
 class Partial(NamedTuple):
@@ -71,6 +72,13 @@ class Partial(NamedTuple):
     shard: int
     sums: np.ndarray
     head: tuple | None
+    cut: bool = False  # see Slice.cut
+
+
+def label_partition(partition: int) -> int:
+    """How a Feedback or skip record names a labels-topic partition: below
+    -1 (control records use -1), so it never names an events partition."""
+    return -2 - partition
 
 
 class LateHead(NamedTuple):
@@ -132,6 +140,28 @@ class Router:
             self.pending.expire()
         return per_shard, skipped
 
+    def mark_cut(self, per_shard) -> dict:
+        """Ask for a checkpoint cut at the last event routed (the flag rides
+        on its shard-0 slice to the Combiner); returns this Router's part of
+        it, its state exactly there: the events and labels waiting, and the
+        offsets of both topics it has taken in (early labels and dead
+        letters included, which no event's feedback covers)."""
+        per_shard[0][-1] = per_shard[0][-1]._replace(cut=True)
+        return self.part()
+
+    def part(self) -> dict:
+        return {"seq": self.seq, "aux": self.pending.to_arrays(), "dropped": list(self.pending.dropped),
+                "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.offsets.items())]}
+
+    def restore(self, header: dict, aux: dict, labels_topic: str) -> None:
+        """Back to a part of :meth:`part` (the pending store keeps its settings)."""
+        ttl, most = self.pending.ttl_ms, self.pending.max_pending
+        self.pending = PendingStore.from_arrays(aux, ttl, most, labels_topic)
+        self.pending.dropped = list(header.get("dropped", []))
+        for o in header["offsets"]:
+            key = (o["topic"], int(o["partition"]))
+            self.offsets[key] = max(self.offsets.get(key, 0), int(o["offset"]))
+
     def _split(self, per_shard, event_id: str, c: np.ndarray, v: np.ndarray, learning: bool, head) -> None:
         """One event under the next sequence number, as K slices (shard 0's with the head)."""
         self.seq += 1
@@ -159,15 +189,19 @@ class Router:
             int(millis(event["timestamp"])), -1, 0.0, np.empty(0), coords.copy(), values.copy(),
             event.get("weight") or 1.0, Source(*pos[:3], getattr(pos, "key", None))))
 
-    def route_labels(self, items: list[tuple]) -> tuple[list[list[Slice]], list[dict]]:
-        """(slices per shard, dead letters) for (message, Label record)
-        pairs: each label whose event waits routes the event again,
-        labelled, under the next sequence number; labels that cannot be used
-        are dead letters with the exact mode's reasons."""
+    def route_labels(self, items: list[tuple]) -> tuple[list[list[Slice]], list[dict], list]:
+        """(slices per shard, dead letters, label messages no event is
+        routed for) for (message, Label record) pairs: each label whose
+        event waits routes the event again, labelled, under the next
+        sequence number; labels that cannot be used are dead letters with
+        the exact mode's reasons; the others wait for their event (or were
+        taken in before a restart)."""
         per_shard: list[list[Slice]] = [[] for _ in range(self.n_shards)]
+        unrouted = []
         for msg, record in items:
             if msg.offset < self.offsets.get((msg.topic, msg.partition), 0):
-                continue  # learned before a restart
+                unrouted.append(msg)  # taken in before a restart
+                continue
             weight = math.nan if record.get("weight") is None else record["weight"]
             match = self.pending.add_label(record["event_id"], int(millis(record["timestamp"])), record["label"],
                                            weight, msg)
@@ -176,9 +210,11 @@ class Router:
                 head = LateHead(msg, match, tuple(self.pending.dropped))
                 self.pending.dropped.clear()
                 self._split(per_shard, match.event_id, match.event.indices, match.event.values, True, head)
+            else:
+                unrouted.append(msg)
             self.offsets[(msg.topic, msg.partition)] = msg.offset + 1
         dead = [dead_letter(msg, reason, detail) for msg, reason, detail in self.pending.drain_unmatched()]
-        return per_shard, dead
+        return per_shard, dead, unrouted
 
 
     def _rows(self, events):
@@ -245,7 +281,7 @@ class ShardRunner:
                                                    sl.learning)
             self.in_flight.append(Flight(sl.seq, sl.event_id, slots, sl.values, weights, sl.learning,
                                          sl.head[0] if sl.head else None, now))
-            out.append(Partial(sl.seq, self.shard_no, sums, sl.head))
+            out.append(Partial(sl.seq, self.shard_no, sums, sl.head, sl.cut))
         return out
 
     def feedback(self, records: list[dict], on_cut=None) -> list[Partial]:
@@ -347,12 +383,28 @@ class Combiner:
         event arrived, by event id, until its label comes (its loss is the
         progressive loss) or the Router drops the event."""
 
-    def hold_predictions(self) -> "Combiner":
-        self.predicted = {}
+        self.cut_at: set[int] = set()  # sequence numbers the Router asked a cut at
+        self.parts: list[tuple[int, dict]] = []
+        """(seq, the predictions held right after event seq): this Combiner's parts of those cuts, to write."""
+
+    def hold_predictions(self, aux: dict | None = None) -> "Combiner":
+        """Keep each unlabelled event's prediction for its label (``aux``:
+        those of a cut's Combiner part, :meth:`_part`)."""
+        held = PendingStore.from_arrays(aux or {}, math.inf, 1)
+        self.predicted = dict(held.events)
         return self
+
+    def _part(self) -> dict:
+        held = PendingStore(math.inf, 1)
+        held.events.update(self.predicted)
+        return held.to_arrays()
 
     def add(self, partials: list[Partial]) -> list[Combined]:
         for p in partials:
+            if p.shard < 0:  # the end of the input: a last cut at p.seq, which this Combiner is at
+                if self.predicted is not None and p.seq == self.seq:
+                    self.parts.append((p.seq, self._part()))
+                continue
             if p.seq <= self.seq:
                 continue  # a replayed partial of an event already combined
             slot = self.pending.get(p.seq)
@@ -363,6 +415,8 @@ class Combiner:
             slot[1] += 1
             if p.head is not None:
                 slot[2] = p.head
+            if p.cut:
+                self.cut_at.add(p.seq)
         out, done = [], []
         while self.pending.get(self.seq + 1, (None, 0))[1] == self.n_shards:
             total, _, head = self.pending.pop(self.seq + 1)
@@ -372,6 +426,11 @@ class Combiner:
                 out.append(self._late(self.seq + 1, total, head))
             else:
                 done.append(self._combine(self.seq + 1, total, head))
+            if self.seq in self.cut_at:  # the held predictions exactly after this event
+                out += self._records(done) if done else []
+                done = []
+                self.cut_at.discard(self.seq)
+                self.parts.append((self.seq, self._part()))
         return out + (self._records(done) if done else [])
 
     def _late(self, seq: int, total: np.ndarray, head: LateHead) -> Combined:
@@ -382,8 +441,13 @@ class Combiner:
             self.predicted.pop(event_id, None)
         weight = match.event.weight if match.weight != match.weight else match.weight
         event = {"id": match.event_id, "label": match.label, "weight": weight}
-        _, _, _, y, _, feedback, _ = self._combine(seq, total, (msg, event))
-        arrived = self.predicted.pop(match.event_id)
+        _, _, yhat, y, _, feedback, _ = self._combine(seq, total, (msg, event))
+        feedback["partition"] = label_partition(msg.partition)
+        arrived = self.predicted.pop(match.event_id, None)
+        if arrived is None:  # not held (a part lost with its cut): the prediction made now stands in
+            log.warning("model %r: no prediction held for event %r; its loss is that of the model now",
+                        self.model, match.event_id)
+            arrived = match.event._replace(scores=np.asarray(yhat, dtype=np.float64), version=self.learned - 1)
         scores = arrived.scores.reshape(1, -1)
         losses = losses_of(self.loss, np.array([y]), scores, self.loss_param)
         self.metrics.count(scores, np.array([y]), losses)
@@ -423,8 +487,10 @@ class Combiner:
             for i, c in enumerate(out):
                 if c.prediction["label"] is None:
                     p = c.prediction
-                    self.predicted[p["event_id"]] = Waiting(p["event_timestamp"], p["model_version"], p["latency_ms"],
-                                                            scores[i].copy(), None, None, 1.0, done[i][6])
+                    self.predicted[p["event_id"]] = Waiting(
+                        int(p["event_timestamp"]), p["model_version"], p["latency_ms"], scores[i].copy(),
+                        np.empty(0, dtype=np.int64), np.empty(0), 1.0, Source(*done[i][6][:3],
+                                                                            getattr(done[i][6], "key", None)))
         return out
 
 

@@ -48,7 +48,7 @@ class LateLoop:
         self._run(self.router.route(items)[0])
 
     def labels(self, items):
-        per_shard, dead = self.router.route_labels(items)
+        per_shard, dead, _ = self.router.route_labels(items)
         self.dead += dead
         self._run(per_shard)
 
@@ -146,7 +146,7 @@ def test_unknown_expired_and_duplicate_labels_are_dead_letters():
     more = [(pos._replace(offset=400 + i), {**e, "id": f"x{i}", "label": None, "timestamp": T0 + 500_000 + i})
             for i, (pos, e) in enumerate(items[:3])]
     loop.events(more)  # ...which the events topic moves past by more than the TTL
-    _, dead = loop.router.route_labels([])
+    _, dead, _ = loop.router.route_labels([])
     assert [d["reason"] for d in dead] == [LABEL_UNKNOWN_EVENT]
     assert all(d["topic"] == "labels" for d in loop.dead + dead)
     # The events the Router dropped are forgotten by the Combiner with the next late event.
