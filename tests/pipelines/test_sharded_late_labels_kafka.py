@@ -95,3 +95,22 @@ def test_a_restart_keeps_the_events_waiting_for_labels(kafka_bootstrap, topic_na
     order = learning_order(predictions)
     assert sorted(order) == sorted(ids)
     assert_same_state(final.merged_learner(cfg.learner.make), reference_after(X, y, ids, order))
+
+
+def test_scinol_run_takes_a_labels_topic_with_shards(kafka_bootstrap, topic_name, tmp_path, capsys):
+    from tests.cli.test_cli import ok
+
+    X, y, events = toy_stream(200)
+    ids = [e["id"] for e in events]
+    produce_events(kafka_bootstrap, topic_name, unlabelled(events), partitions=1, progress=False)
+    produce_labels(kafka_bootstrap, topic_name + ".labels", [(ids[i], y[i], T0 + 300 + i) for i in range(0, 200, 2)]
+                   + [("no-such-event", 1.0, T0 - 10_000_000)])
+    ckpt = str(tmp_path / "ckpt")
+    ok(capsys, "run", "--bootstrap-server", kafka_bootstrap, "--topic", topic_name, "--predictions-topic",
+       topic_name + ".pred", "--bounded", "--shards", "2", "--labels-topic", topic_name + ".labels",
+       "--label-ttl", "60", "--checkpoint-dir", ckpt)
+    cut = CutStore(ckpt).latest("default", 2)
+    assert cut.learned == 100  # the even events: their labels came
+    assert len(cut.part("router")[1]["pending_event_ts"]) == 100  # the odd ones wait
+    dead = read_records(kafka_bootstrap, topic_name + ".dlq", 1, timeout=20)
+    assert [d["reason"] for d in dead] == ["label_unknown_event"]  # 10,000 s before the events
