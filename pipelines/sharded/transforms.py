@@ -13,6 +13,12 @@
           │                                  ▼
           └──── Feedback ───────── CombineStep (keyed by model) ─► predictions topic
 
+With delayed labels (``--labels-topic``) the labels topic is read by the
+same source; the route step joins each label to its waiting event
+(:class:`pipelines.sharded.protocol.Router`), writes unusable labels to the
+dead-letter topic itself, and decides the checkpoint cuts (see
+:data:`pipelines.state.cuts.LATE_PARTS`).
+
 Both topics are read by one source so that every step is fused with it: on
 the FnApiRunner nothing then waits for a fusion break. The
 combine step is keyed by model, not by event: it owns the model's global
