@@ -75,11 +75,11 @@ def label_messages(rows, start_offset=0):
 
 @pytest.mark.parametrize("k", [1, 3])
 def test_random_delays_learn_the_stream_reordered_to_label_arrival(k):
-    n = 1500
+    n = 3000
     X, y, items = stream(n)
     unlabelled = [(pos, {**e, "label": None}) for pos, e in items]
     ids = [e["id"] for _, e in items]
-    due = np.arange(n) + np.random.default_rng(3).integers(0, 1000, size=n)  # label i after event due[i]
+    due = np.arange(n) + np.random.default_rng(3).integers(0, 10_001, size=n)  # label i after event due[i]
     arrival = np.argsort(due, kind="stable")
     labels = label_messages([(ids[i], y[i], T0 + int(due[i])) for i in arrival])
     loop = LateLoop(make_learner("scinol2", "logistic"), k)

@@ -25,7 +25,7 @@ def test_random_delays_give_the_model_of_the_stream_reordered_to_label_arrival(k
     n = 1000
     X, y, events = toy_stream(n)
     ids = [e["id"] for e in events]
-    due = np.arange(n) + np.random.default_rng(7).integers(0, 2000, size=n)  # 0..2,000 events late
+    due = np.arange(n) + np.random.default_rng(7).integers(0, 10_001, size=n)  # 0..10,000 events late
     arrival = np.argsort(due, kind="stable")
     produce_events(kafka_bootstrap, topic_name, unlabelled(events), partitions=1, progress=False)
     produce_labels(kafka_bootstrap, topic_name + ".labels", [(ids[i], y[i], T0 + int(due[i])) for i in arrival])
