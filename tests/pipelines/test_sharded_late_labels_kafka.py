@@ -114,3 +114,54 @@ def test_scinol_run_takes_a_labels_topic_with_shards(kafka_bootstrap, topic_name
     assert len(cut.part("router")[1]["pending_event_ts"]) == 100  # the odd ones wait
     dead = read_records(kafka_bootstrap, topic_name + ".dlq", 1, timeout=20)
     assert [d["reason"] for d in dead] == ["label_unknown_event"]  # 10,000 s before the events
+
+
+def test_killed_mid_stream_resumes_from_a_cut_with_its_waiting_events(kafka_bootstrap, topic_name, tmp_path):
+    """kill -9 while the shards run; the restart loads the newest complete
+    cut, router and combine parts included, all at the same event: the
+    final model is one learner's on the events in the order they were
+    learned (up to the cut in the first run, then in the restart)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    n = 600
+    X, y, events = toy_stream(n)
+    ids = [e["id"] for e in events]
+    due = np.arange(n) + np.random.default_rng(5).integers(0, 300, size=n)
+    arrival = np.argsort(due, kind="stable")
+    produce_events(kafka_bootstrap, topic_name, unlabelled(events), partitions=1, progress=False)
+    produce_labels(kafka_bootstrap, topic_name + ".labels", [(ids[i], y[i], T0 + int(due[i])) for i in arrival])
+    ckpt = tmp_path / "ckpt"
+
+    def command(predictions):
+        return [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", kafka_bootstrap, "--topic", topic_name,
+                "--predictions-topic", predictions, "--checkpoint-dir", str(ckpt), "--checkpoint-every", "60",
+                "--shards", "1", "--max-staleness", "0", "--labels-topic", topic_name + ".labels",
+                "--max-batch", "50"]
+
+    proc = subprocess.Popen(command(topic_name + ".pred"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and len(list(ckpt.glob("default/cut-*/combiner.scinol"))) < 3:
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    killed_at = CutStore(str(ckpt)).latest("default", 1)
+    assert killed_at is not None and 0 < killed_at.seq < 2 * n
+    saved = killed_at.part("router")[1]
+    waiting_then = len(saved["pending_event_ts"]) + len(saved["pending_label"])
+    assert waiting_then > 0  # events (or labels) waited in the cut the restart starts from
+    subprocess.run(command(topic_name + ".pred2") + ["--bounded"], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=300)
+    final = CutStore(str(ckpt)).latest("default", 1)
+    assert final.learned == n and len(final.part("router")[1]["pending_event_ts"]) == 0
+
+    before = learning_order(read_records(kafka_bootstrap, topic_name + ".pred", 10**9, timeout=5))
+    after = learning_order(read_records(kafka_bootstrap, topic_name + ".pred2", 10**9, timeout=10))
+    order = before[:killed_at.learned] + after
+    assert sorted(order) == sorted(ids)  # each learned once: none lost with the kill, none twice
+    assert_same_state(final.merged_learner(), reference_after(X, y, ids, order))
+    print(f"killed at event #{killed_at.seq} with {waiting_then} waiting")
