@@ -15,6 +15,13 @@ from tests.pipelines.test_late_labels import (T0, assert_same_state, learning_or
 from tests.support.runs import config, toy_stream
 
 
+def gauge(result, name):
+    from apache_beam.metrics.metric import MetricsFilter
+
+    found = result.metrics().query(MetricsFilter().with_name(name))["gauges"]
+    return max((g.committed or g.attempted).value for g in found)
+
+
 def sharded(bootstrap, topic, tmp_path, shards=1, **kw):
     return config(bootstrap, topic, tmp_path, labels_topic=topic + ".labels", shards=shards, max_staleness=0,
                   feedback_timeout=10.0, **kw)
@@ -82,9 +89,11 @@ def test_a_restart_keeps_the_events_waiting_for_labels(kafka_bootstrap, topic_na
     produce_events(kafka_bootstrap, topic_name, unlabelled(events), partitions=1, progress=False)
     produce_labels(kafka_bootstrap, labels_topic, [(ids[i], y[i], T0 + 2000 + i) for i in range(0, 600, 2)])
     cfg = sharded(kafka_bootstrap, topic_name, tmp_path)
-    run(cfg)
+    result = run(cfg)
     first = CutStore(cfg.checkpoint_dir).latest("default", 1)
     assert len(first.part("router")[1]["pending_event_ts"]) == 300  # the odd events still wait
+    assert gauge(result, "pending_events_default") == 300  # the gauge the route step reports
+    assert 0 < gauge(result, "held_predictions_default") <= 300  # reported as it changes
     assert len(first.part("combiner")[1]["pending_event_ts"]) == 300  # with their predictions
 
     produce_labels(kafka_bootstrap, labels_topic, [(ids[i], y[i], T0 + 3000 + i) for i in range(1, 600, 2)])
