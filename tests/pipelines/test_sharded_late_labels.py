@@ -35,11 +35,11 @@ class LateLoop:
     """Router → K ShardRunners → Combiner at staleness 0, feedback delivered
     in memory; the Router keeps the events awaiting labels."""
 
-    def __init__(self, learner, k, ttl_ms=1e12, max_pending=1_000_000):
+    def __init__(self, learner, k, ttl_ms=1e12, max_pending=1_000_000, staleness=0):
         algo = learner.algorithm
         scalars = algo.init_state(0, learner.n_outputs).scalars
         self.router = Router(k, learner.hasher, learner.bias, pending=PendingStore(ttl_ms, max_pending))
-        self.shards = [ShardRunner(algo, learner.n_outputs, s, 0, scalars) for s in range(k)]
+        self.shards = [ShardRunner(algo, learner.n_outputs, s, staleness, scalars) for s in range(k)]
         self.combiner = Combiner(algo, learner.loss, learner.loss_param, learner.n_outputs, k, "m", "run",
                                  scalars).hold_predictions()
         self.predictions, self.dead, self.queue = [], [], []
@@ -152,3 +152,23 @@ def test_unknown_expired_and_duplicate_labels_are_dead_letters():
     # The events the Router dropped are forgotten by the Combiner with the next late event.
     loop.labels(label_messages([(f"x{i}", 1.0, T0 + 500_010) for i in range(3)], start_offset=10))
     assert set(loop.combiner.predicted) <= set(loop.router.pending.events)
+
+
+def test_with_staleness_every_event_is_still_learned_once_in_label_arrival_order():
+    n = 1000
+    X, y, items = stream(n)
+    ids = [e["id"] for _, e in items]
+    due = np.arange(n) + np.random.default_rng(4).integers(0, 500, size=n)
+    arrival = np.argsort(due, kind="stable")
+    labels = label_messages([(ids[i], y[i], T0 + int(due[i])) for i in arrival])
+    loop = LateLoop(make_learner("scinol2", "logistic"), 3, staleness=16)
+    done = 0
+    for lo in range(0, n, 50):
+        loop.events([(pos, {**e, "label": None}) for pos, e in items[lo:lo + 50]])
+        upto = int(np.searchsorted(due[arrival], lo + 49, side="right"))
+        loop.labels(labels[done:upto])
+        done = upto
+    loop.labels(labels[done:])
+    assert [p["event_id"] for p in loop.predictions if p["label"] is not None] == [ids[i] for i in arrival]
+    assert all(not sh.in_flight and not sh.missing for sh in loop.shards)
+    assert loop.combiner.metrics.mean_loss < math.log(2)
