@@ -163,7 +163,7 @@ class RouteEvents(_Sharded, beam.DoFn):
             router = self.routers[model] = Router(cfg.shards, learner.hasher, learner.bias,
                                                   cut.seq if cut else 0, cut.offsets if cut else None,
                                                   interactions=learner.interactions, pending=pending)
-            if cut is not None and pending is not None:
+            if cut is not None and pending is not None and cut.head.get("late_labels"):
                 router.restore(*cut.part("router"), cfg.labels_topic)
             self.since_cut[model], self.last_cut[model] = 0, time.monotonic()
         return router
@@ -367,8 +367,9 @@ class CombineStep(_Sharded, beam.DoFn):
                 log.warning("model %r restored from checkpoint cut %s (%d events)", model, cut.path, cut.seq)
             else:
                 combiner = Combiner(*args, algo.init_state(0, learner.n_outputs).scalars)
-            if cfg.labels_topic:
-                combiner.hold_predictions(cut.part("combiner")[1] if cut is not None else None)
+            if cfg.labels_topic:  # a cut made without delayed labels has nothing held
+                late = cut is not None and cut.head.get("late_labels")
+                combiner.hold_predictions(cut.part("combiner")[1] if late else None)
             self.combiners[model] = combiner
             self.since_cut[model] = 0
             self.last_cut[model] = time.monotonic()

@@ -174,3 +174,19 @@ def test_killed_mid_stream_resumes_from_a_cut_with_its_waiting_events(kafka_boot
     assert sorted(order) == sorted(ids)  # each learned once: none lost with the kill, none twice
     assert_same_state(final.merged_learner(), reference_after(X, y, ids, order))
     print(f"killed at event #{killed_at.seq} with {waiting_then} waiting")
+
+
+def test_a_run_with_a_labels_topic_resumes_from_a_cut_made_without_one(kafka_bootstrap, topic_name, tmp_path):
+    X, y, events = toy_stream(400)
+    ids = [e["id"] for e in events]
+    produce_events(kafka_bootstrap, topic_name, events[:200], partitions=1, progress=False)
+    run(config(kafka_bootstrap, topic_name, tmp_path, shards=1, max_staleness=0))  # labels inline only
+    produce_events(kafka_bootstrap, topic_name, unlabelled(events[200:]), progress=False)
+    produce_labels(kafka_bootstrap, topic_name + ".labels", [(ids[i], y[i], T0 + 500 + i) for i in range(200, 400)])
+    cfg = sharded(kafka_bootstrap, topic_name, tmp_path)
+    run(cfg)
+    final = CutStore(cfg.checkpoint_dir).latest("default", 1)
+    assert final.learned == 400 and len(final.part("router")[1]["pending_event_ts"]) == 0
+    order = learning_order(read_records(kafka_bootstrap, cfg.predictions_topic, 10**9, timeout=10))
+    assert order[:200] == ids[:200] and sorted(order[200:]) == ids[200:]
+    assert_same_state(final.merged_learner(cfg.learner.make), reference_after(X, y, ids, order))
