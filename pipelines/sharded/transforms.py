@@ -165,6 +165,9 @@ class RouteEvents(_Sharded, beam.DoFn):
                                                   interactions=learner.interactions, pending=pending)
             if cut is not None and pending is not None and cut.head.get("late_labels"):
                 router.restore(*cut.part("router"), cfg.labels_topic)
+            elif cut is not None and cut.head.get("late_labels"):
+                log.warning("model %r: checkpoint cut %s holds events waiting for labels, but this run has no "
+                            "--labels-topic: they are not restored", model, cut.path)
             self.since_cut[model], self.last_cut[model] = 0, time.monotonic()
         return router
 
