@@ -1,10 +1,15 @@
 """End-to-end throughput of the exact-mode pipeline on the embedded broker,
 beside a plain confluent-kafka + fastavro loop that decodes, learns and
 produces the same predictions without Beam (the ceiling). Used by
-``benchmarks/bench_pipeline.py`` and ``scinol bench throughput``."""
+``benchmarks/bench_pipeline.py`` and ``scinol bench throughput``.
+
+``python -m pipelines.bench.pipeline_speed`` prints what late labels (a
+labels topic) and ``-q`` crosses cost the same pipeline, each beside its
+same-run baseline (:func:`late_label_cases`)."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -76,3 +81,144 @@ def throughput(broker, name, events, n):
     if got != n:
         raise RuntimeError(f"pipeline wrote {got} predictions for {n} events")
     return n / elapsed, plain_loop(broker.bootstrap, topic, n)
+
+
+# -- what late labels and -q cost the pipeline (exact mode, Kafka in and out)
+
+def _run_timed(cfg) -> tuple[float, int]:
+    """(seconds of ``run(cfg)``, prediction records written)."""
+    from pipelines.launch import run
+
+    t0 = time.perf_counter()
+    run(cfg)
+    elapsed = time.perf_counter() - t0
+    return elapsed, count_records(cfg.bootstrap, cfg.predictions_topic)
+
+
+def count_records(bootstrap: str, topic: str, quiet_seconds: float = 3.0) -> int:
+    """The records of partition 0 of ``topic``, counted by reading them until
+    none come for ``quiet_seconds`` (the embedded broker's end offset was
+    seen a few hundred to a few thousand below the records it serves)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"count-{time.time_ns()}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    count, quiet_since = 0, time.monotonic()
+    try:
+        while time.monotonic() - quiet_since < quiet_seconds:
+            got = [m for m in consumer.consume(10_000, timeout=0.5) if not m.error()]
+            if got:
+                count, quiet_since = count + len(got), time.monotonic()
+    finally:
+        consumer.close()
+    return count
+
+
+def label_arrival(n: int, delay: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(due, arrival order): the label of event i arrives after event
+    due[i] = i + U{0..delay} (as in :mod:`pipelines.bench.delayed_labels`)."""
+    due = np.arange(n) + np.random.default_rng(seed).integers(0, delay + 1, size=n)
+    return due, np.argsort(due, kind="stable")
+
+
+def produce_labels(bootstrap: str, topic: str, events: list[dict], labels: np.ndarray, due: np.ndarray,
+                   order: np.ndarray) -> None:
+    """Label records, keyed by event id, in arrival order, stamped with the
+    event time of the event they come after (event i is stamped T0 + i)."""
+    from pipelines.kafka.admin import KafkaAdmin, TopicSpec
+    from pipelines.kafka.producer import KafkaWriter
+    from schemas.codec import Codec
+
+    KafkaAdmin(bootstrap).ensure_topics([TopicSpec(topic, 1)])
+    codec, writer = Codec(), KafkaWriter(bootstrap, topic, {"linger.ms": 20})
+    t0 = events[0]["timestamp"]
+    for i in order.tolist():
+        event = events[i]
+        writer.produce(codec.encode("scinol.Label", {"event_id": event["id"], "model": event["model"],
+                                                     "label": float(labels[i]), "timestamp": t0 + int(due[i])},
+                                    topic), key=event["id"].encode())
+    writer.close()
+
+
+def late_label_cases(broker, n: int, delay: int = 10_000, repeats: int = 1) -> list[dict]:
+    """Events/s of the exact-mode pipeline (bounded, one partition, toy
+    events) with labels inline, with the labels on a labels topic arriving
+    U{0..delay} events late, and with -q ab (beside the same named features
+    without crosses); each variant beside its baseline, timed in turn, best
+    of ``repeats``. Both topics are filled before the run; the source reads
+    them side by side, so how late a label really comes depends on how the
+    two reads interleave: ``written`` (prediction records) is the events
+    plus those learned when their label came after them (a second record);
+    the rest took a label that came first."""
+    from pipelines.bench.delayed_labels import toy_events
+    from pipelines.config import LearnerConfig, RunConfig
+    from pipelines.records.topics import produce_events
+
+    y, events = toy_events(n)
+    _, named = toy_events(n, namespaces=True)
+    due, order = label_arrival(n, delay)
+    topics = {}
+    for name, stream in (("inline", events), ("late", [{**e, "label": None} for e in events]), ("named", named)):
+        topics[name] = f"bench.late.{name}.{time.time_ns()}"
+        produce_events(broker.bootstrap, topics[name], stream, partitions=1, total=n, progress=False)
+    produce_labels(broker.bootstrap, topics["late"] + ".labels", events, y, due, order)
+
+    def cfg(name, learner=LearnerConfig("scinol2", "logistic"), **kw):
+        return RunConfig(bootstrap=broker.bootstrap, topic=topics[name], bounded=True, learner=learner,
+                         predictions_topic=f"{topics[name]}.pred.{time.time_ns()}", progress_seconds=None,
+                         max_batch=2000, **kw)
+
+    cases = {"labels inline": lambda: cfg("inline"),
+             f"labels on a labels topic, U{{0..{delay:,}}} events late": lambda: cfg(
+                 "late", labels_topic=topics["late"] + ".labels"),
+             "named features, no crosses": lambda: cfg("named"),
+             "named features, -q ab": lambda: cfg("named", learner=LearnerConfig("scinol2", "logistic",
+                                                                                  interactions=("ab",)))}
+    for make in cases.values():  # untimed: compiles the kernels each case uses, starts Beam once
+        cfg_ = make()
+        cfg_.stop_after = 1000
+        _run_timed(cfg_)
+    best: dict[str, tuple[float, int]] = {}
+    for _ in range(repeats):
+        for what, make in cases.items():
+            seconds, written = _run_timed(make())
+            if what not in best or seconds < best[what][0]:
+                best[what] = (seconds, written)
+    return [{"what": what, "events": n, "events_per_s": n / s, "written": written}
+            for what, (s, written) in best.items()]
+
+
+def main(argv=None) -> None:
+    """``python -m pipelines.bench.pipeline_speed``: the late-label and -q
+    cases on the embedded broker, each beside its same-run baseline."""
+    import argparse
+    import platform
+    import sys
+
+    from pipelines.kafka.broker import EmbeddedBroker
+
+    ap = argparse.ArgumentParser(prog="python -m pipelines.bench.pipeline_speed", description=main.__doc__)
+    ap.add_argument("--events", type=int, default=100_000)
+    ap.add_argument("--delay", type=int, default=10_000, help="labels arrive U{0..DELAY} events late")
+    ap.add_argument("--repeats", type=int, default=2, help="best of this many runs of each case")
+    args = ap.parse_args(argv)
+    if args.events < 1 or args.delay < 0 or args.repeats < 1:
+        print("usage: --events and --repeats at least 1, --delay at least 0", file=sys.stderr)
+        raise SystemExit(2)
+    start = time.perf_counter()
+    with EmbeddedBroker() as broker:
+        rows = late_label_cases(broker, args.events, args.delay, args.repeats)
+    base = {"labels inline": rows[0]["events_per_s"], "named features, no crosses": rows[2]["events_per_s"]}
+    print(f"exact-mode pipeline, embedded broker, {args.events:,} toy events, best of {args.repeats}; "
+          f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+    print(f"{'case':<52}{'events/s':>10}{'vs baseline':>13}{'predictions written':>21}")
+    for r, baseline in zip(rows, (base["labels inline"],) * 2 + (base["named features, no crosses"],) * 2):
+        print(f"{r['what']:<52}{r['events_per_s']:>10,.0f}{r['events_per_s'] / baseline:>12.2f}x"
+              f"{r['written']:>21,}")
+    print("(a late label writes the event's prediction twice: when it arrives and when its label does)")
+    print(f"wall time {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -100,6 +100,9 @@ class PendingStore:
         self.label_clock = -math.inf  # the newest label timestamp seen (ms)
         self.expired_events = 0
         self.unmatched_labels: list[tuple[KafkaMessage, str, str]] = []  # (message, reason, detail), for dead letters
+        self.dropped: list[str] | None = None
+        """A list to collect the ids of events that leave unlearned (expired, or their label too late), for
+        whoever keeps more of them elsewhere (sharded mode's combine step); None: not collected."""
 
     def __len__(self) -> int:
         return len(self.events) + len(self.labels)
@@ -137,6 +140,8 @@ class PendingStore:
         if waiting is not None and ts_ms - waiting.ts_ms > self.ttl_ms:
             self._too_late(message, event_id)
             self._forget(event_id, TOO_LATE)
+            if self.dropped is not None:
+                self.dropped.append(event_id)
         elif waiting is not None:
             self._forget(event_id, LABELLED)
             return Matched(event_id, waiting, label, weight)
@@ -174,6 +179,8 @@ class PendingStore:
     def _drop_event(self) -> None:
         event_id, _ = self.events.popitem(last=False)
         self.expired_events += 1
+        if self.dropped is not None:
+            self.dropped.append(event_id)
         self._forget(event_id, EXPIRED)
 
     def _drop_label(self) -> None:

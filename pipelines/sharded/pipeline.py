@@ -14,12 +14,12 @@ import apache_beam as beam
 from pipelines.beam_io import ReadFromKafkaRanges, WriteToKafka
 from pipelines.config import RunConfig
 from pipelines.kafka.consumer import UNBOUNDED_STOP, resolve_ranges
-from pipelines.state.resume import ResumePoint
+from pipelines.state.resume import ResumePoint, earliest
 from pipelines.steps import EncodeDeadLetters, EncodeRecords
 
-from .protocol import FeedbackWatch
+from .protocol import FeedbackWatch, label_partition
 from .transforms import (CombineStep, DecodeShardedInput, FeedbackFaults, RouteEvents, ShardedRun, ShardStep,
-                         skip_record)
+                         skip_position, skip_record)
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +37,9 @@ def check_shardable(cfg) -> None:
         raise ValueError(f"--shards must be at least 1, not {cfg.shards}")
     if cfg.max_staleness < 0:
         raise ValueError(f"--max-staleness must be >= 0, not {cfg.max_staleness}")
-    if cfg.labels_topic:
-        raise ValueError("delayed labels (--labels-topic) run in exact mode only, not with --shards, for now")
 
 
-def feedback_range(cfg, events_ranges, run_id: str):
+def feedback_range(cfg, events_ranges, run_id: str, labels_ranges=()):
     """The feedback topic's one partition, from its current end (earlier
     records belong to earlier runs), watched by a :class:`FeedbackWatch`
     (heartbeats; the end of the run when the events ranges are finite)."""
@@ -51,8 +49,10 @@ def feedback_range(cfg, events_ranges, run_id: str):
         raise ValueError(f"the feedback topic {cfg.feedback!r} has {len(ranges)} partitions; sharded mode needs "
                          f"exactly 1 (the shards must see each model's feedback in order)")
     targets = None
-    if all(r.stop < UNBOUNDED_STOP for r in events_ranges):
+    if all(r.stop < UNBOUNDED_STOP for r in [*events_ranges, *labels_ranges]):
+        # every label message is accounted for too (learned, waiting, or a dead letter), under its own partitions
         targets = {r.partition: (r.start, r.stop) for r in events_ranges}
+        targets.update({label_partition(r.partition): (r.start, r.stop) for r in labels_ranges})
     rule = FeedbackWatch(run_id, heartbeat_seconds=max(cfg.feedback_timeout / 2, 0.5), targets=targets,
                          idle_timeout=2 * cfg.feedback_timeout + 10, registry=cfg.registry())
     return ranges[0]._replace(stop_rule=rule)
@@ -66,12 +66,17 @@ def build_sharded(p: beam.Pipeline, cfg: RunConfig, resume: ResumePoint) -> Shar
     events = resolve_ranges(cfg.bootstrap, cfg.topic, bounded=cfg.bounded, group_id=cfg.group_id,
                             start_offsets=resume.starts or None, consumer_config=cfg.kafka_config,
                             stop_after=cfg.stop_after, use_committed=False)
+    labels = []
+    if cfg.labels_topic:  # from the offsets the cuts' shard 0 covers: the Router skips what its part holds
+        labels = resolve_ranges(cfg.bootstrap, cfg.labels_topic, bounded=cfg.bounded, group_id=cfg.group_id,
+                                start_offsets=earliest(resume.saved, cfg.labels_topic) or None,
+                                consumer_config=cfg.kafka_config, stop_after=cfg.stop_after, use_committed=False)
     run = ShardedRun(uuid.uuid4().hex, resume.models, cfg.feedback_faults or FeedbackFaults())
-    feedback = feedback_range(cfg, events, run.run_id)
+    feedback = feedback_range(cfg, events, run.run_id, labels)
 
     consumer = {"fetch.wait.max.ms": FEEDBACK_FETCH_WAIT_MS, **cfg.kafka_config}
     batches = p | "ReadEventsAndFeedback" >> ReadFromKafkaRanges(
-        cfg.bootstrap, events + [feedback], group_id=cfg.group_id, consumer_config=consumer,
+        cfg.bootstrap, events + labels + [feedback], group_id=cfg.group_id, consumer_config=consumer,
         max_batch=cfg.max_batch)
     # Output type hints give the keyed steps deterministic key coders.
     Keyed, ShardKeyed = typing.Tuple[str, typing.Any], typing.Tuple[typing.Tuple[str, int], typing.Any]
@@ -89,8 +94,9 @@ def build_sharded(p: beam.Pipeline, cfg: RunConfig, resume: ResumePoint) -> Shar
      # acknowledged one by one: a checkpoint cut made later in the bundle covers their offsets
      | "WriteDeadLetters" >> WriteToKafka(cfg.bootstrap, cfg.dlq_topic, producer_config=producer, flush_each=True))
     (dead
-     | "AccountForDeadLetters" >> beam.Map(lambda d, run_id: skip_record(run_id, d["partition"], d["offset"]),
-                                           run.run_id)
+     | "AccountForDeadLetters" >> beam.Map(
+         lambda d, run_id: skip_record(run_id, skip_position(cfg, d["topic"], d["partition"]), d["offset"]),
+         run.run_id)
      | "EncodeSkips" >> beam.ParDo(EncodeRecords("scinol.Feedback", cfg.feedback, cfg.registry()))
      | "WriteSkips" >> WriteToKafka(cfg.bootstrap, cfg.feedback, producer_config=producer))
     return run

@@ -42,9 +42,13 @@ from learners.sharding import Shard, shards_of
 from learners.state import LearnerState
 
 from learners.interactions import expand
+from learners.losses import losses_of
+from pipelines.records.dead_letters import dead_letter
 from pipelines.records.events import event_rows, learner_rows
 from pipelines.kafka.consumer import KafkaMessage, StopRule
-from pipelines.records.predictions import ProgressiveMetrics, prediction_key, prediction_record, readings
+from pipelines.records.labels import Matched, PendingStore, Source, Waiting
+from pipelines.records.predictions import (ProgressiveMetrics, labelled_prediction, millis, prediction_key,
+                                           prediction_record, readings)
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,7 @@ class Slice(NamedTuple):
     values: np.ndarray
     learning: bool  # labelled: the shard will get a g to update with
     head: tuple | None  # shard 0 only: (Position, event) for the Combiner
+    cut: bool = False  # shard 0 only: the Router saved its part of a checkpoint cut at this event
 
 
 class Partial(NamedTuple):
@@ -67,14 +72,39 @@ class Partial(NamedTuple):
     shard: int
     sums: np.ndarray
     head: tuple | None
+    cut: bool = False  # see Slice.cut
+
+
+def label_partition(partition: int) -> int:
+    """How a Feedback or skip record names a labels-topic partition: below
+    -1 (control records use -1), so it never names an events partition."""
+    return -2 - partition
+
+
+class LateHead(NamedTuple):
+    """Shard 0's head of a late-label event: the label's message (its
+    position is what the event's learning covers) and the match."""
+
+    message: KafkaMessage
+    match: Matched
+    dropped: tuple = ()  # ids of events that left the Router's pending store unlearned since the last head
 
 
 class Router:
-    """Sequence numbers and slices for one model's events."""
+    """Sequence numbers and slices for one model's events. With delayed
+    labels (``pending``) it also joins labels to the events awaiting them:
+    an unlabelled event is routed at once (predicted, not learned) and its
+    hashed features kept; when its label comes the event is routed again,
+    labelled, under a new sequence number (:meth:`route_labels`), so the
+    model learns in label-arrival order as exact mode does."""
 
     def __init__(self, n_shards: int, hasher, bias: bool, seq: int = 0,
-                 offsets: dict[tuple[str, int], int] | None = None, interactions: tuple[str, ...] = ()):
+                 offsets: dict[tuple[str, int], int] | None = None, interactions: tuple[str, ...] = (),
+                 pending: PendingStore | None = None):
         self.n_shards, self.hasher, self.bias = n_shards, hasher, bias
+        self.pending = pending
+        if pending is not None:
+            pending.dropped = []
         self.interactions = interactions
         """Feature crosses (learners.interactions), made here before the features are split."""
         self.bias_shard = int(shards_of(np.zeros(1, dtype=np.int64), n_shards)[0])
@@ -95,24 +125,96 @@ class Router:
         per_shard: list[list[Slice]] = [[] for _ in range(self.n_shards)]
         if not items:
             return per_shard, skipped
+        if self.pending is not None:
+            items = [(pos, self._with_early_label(event)) for pos, event in items]
         indptr, indices, data, y = self._rows([e for _, e in items])
         coords = indices + self.bias
-        owner = shards_of(coords, self.n_shards)
-        one = np.ones(1)
         for i, (pos, event) in enumerate(items):
-            self.seq += 1
             lo, hi = indptr[i], indptr[i + 1]
-            c, v, o = coords[lo:hi], data[lo:hi], owner[lo:hi]
             learning = not math.isnan(y[i])
-            for s in range(self.n_shards):
-                mine = o == s
-                cs, vs = c[mine], v[mine]
-                if self.bias and s == self.bias_shard:  # the constant feature, coordinate 0
-                    cs, vs = np.concatenate([[0], cs]), np.concatenate([one, vs])
-                per_shard[s].append(Slice(self.seq, event["id"], cs, vs, learning,
-                                          (pos, event) if s == 0 else None))
+            self._split(per_shard, event["id"], coords[lo:hi], data[lo:hi], learning, (pos, event))
+            if not learning and self.pending is not None:
+                self._hold(pos, event, coords[lo:hi], data[lo:hi])
             self.offsets[(pos.topic, pos.partition)] = pos.offset + 1
+        if self.pending is not None:
+            self.pending.expire()
         return per_shard, skipped
+
+    def mark_cut(self, per_shard) -> dict:
+        """Ask for a checkpoint cut at the last event routed (the flag rides
+        on its shard-0 slice to the Combiner); returns this Router's part of
+        it, its state exactly there: the events and labels waiting, and the
+        offsets of both topics it has taken in (early labels and dead
+        letters included, which no event's feedback covers)."""
+        per_shard[0][-1] = per_shard[0][-1]._replace(cut=True)
+        return self.part()
+
+    def part(self) -> dict:
+        return {"seq": self.seq, "aux": self.pending.to_arrays(), "dropped": list(self.pending.dropped),
+                "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.offsets.items())]}
+
+    def restore(self, header: dict, aux: dict, labels_topic: str) -> None:
+        """Back to a part of :meth:`part` (the pending store keeps its settings)."""
+        ttl, most = self.pending.ttl_ms, self.pending.max_pending
+        self.pending = PendingStore.from_arrays(aux, ttl, most, labels_topic)
+        self.pending.dropped = list(header.get("dropped", []))
+        for o in header["offsets"]:
+            key = (o["topic"], int(o["partition"]))
+            self.offsets[key] = max(self.offsets.get(key, 0), int(o["offset"]))
+
+    def _split(self, per_shard, event_id: str, c: np.ndarray, v: np.ndarray, learning: bool, head) -> None:
+        """One event under the next sequence number, as K slices (shard 0's with the head)."""
+        self.seq += 1
+        o = shards_of(c, self.n_shards)
+        for s in range(self.n_shards):
+            mine = o == s
+            cs, vs = c[mine], v[mine]
+            if self.bias and s == self.bias_shard:  # the constant feature, coordinate 0
+                cs, vs = np.concatenate([[0], cs]), np.concatenate([np.ones(1), vs])
+            per_shard[s].append(Slice(self.seq, event_id, cs, vs, learning, head if s == 0 else None))
+
+    def _with_early_label(self, event: dict) -> dict:
+        """The event with the label that came before it, if one did in time (as exact mode)."""
+        if event.get("label") is not None:
+            return event
+        early = self.pending.take_early_label(event["id"], int(millis(event["timestamp"])))
+        if early is None:
+            return event
+        return {**event, "label": early.label, **({} if early.weight != early.weight else {"weight": early.weight})}
+
+    def _hold(self, pos, event: dict, coords: np.ndarray, values: np.ndarray) -> None:
+        """Keep an unlabelled event's hashed (and crossed) coordinates for
+        when its label comes; its prediction is kept by the Combiner."""
+        self.pending.add_event(event["id"], Waiting(
+            int(millis(event["timestamp"])), -1, 0.0, np.empty(0), coords.copy(), values.copy(),
+            event.get("weight") or 1.0, Source(*pos[:3], getattr(pos, "key", None))))
+
+    def route_labels(self, items: list[tuple]) -> tuple[list[list[Slice]], list[dict], list]:
+        """(slices per shard, dead letters, label messages no event is
+        routed for) for (message, Label record) pairs: each label whose
+        event waits routes the event again, labelled, under the next
+        sequence number; labels that cannot be used are dead letters with
+        the exact mode's reasons; the others wait for their event (or were
+        taken in before a restart)."""
+        per_shard: list[list[Slice]] = [[] for _ in range(self.n_shards)]
+        unrouted = []
+        for msg, record in items:
+            if msg.offset < self.offsets.get((msg.topic, msg.partition), 0):
+                unrouted.append(msg)  # taken in before a restart
+                continue
+            weight = math.nan if record.get("weight") is None else record["weight"]
+            match = self.pending.add_label(record["event_id"], int(millis(record["timestamp"])), record["label"],
+                                           weight, msg)
+            self.pending.expire()
+            if match is not None:
+                head = LateHead(msg, match, tuple(self.pending.dropped))
+                self.pending.dropped.clear()
+                self._split(per_shard, match.event_id, match.event.indices, match.event.values, True, head)
+            else:
+                unrouted.append(msg)
+            self.offsets[(msg.topic, msg.partition)] = msg.offset + 1
+        dead = [dead_letter(msg, reason, detail) for msg, reason, detail in self.pending.drain_unmatched()]
+        return per_shard, dead, unrouted
 
 
     def _rows(self, events):
@@ -179,7 +281,7 @@ class ShardRunner:
                                                    sl.learning)
             self.in_flight.append(Flight(sl.seq, sl.event_id, slots, sl.values, weights, sl.learning,
                                          sl.head[0] if sl.head else None, now))
-            out.append(Partial(sl.seq, self.shard_no, sums, sl.head))
+            out.append(Partial(sl.seq, self.shard_no, sums, sl.head, sl.cut))
         return out
 
     def feedback(self, records: list[dict], on_cut=None) -> list[Partial]:
@@ -276,9 +378,33 @@ class Combiner:
         self.learned = learned
         self.metrics = ProgressiveMetrics(loss)
         self.pending: dict[int, list] = {}  # seq -> [sum, count, head]
+        self.predicted: dict[str, Waiting] | None = None
+        """With delayed labels: the prediction made when each unlabelled
+        event arrived, by event id, until its label comes (its loss is the
+        progressive loss) or the Router drops the event."""
+
+        self.cut_at: set[int] = set()  # sequence numbers the Router asked a cut at
+        self.parts: list[tuple[int, dict]] = []
+        """(seq, the predictions held right after event seq): this Combiner's parts of those cuts, to write."""
+
+    def hold_predictions(self, aux: dict | None = None) -> "Combiner":
+        """Keep each unlabelled event's prediction for its label (``aux``:
+        those of a cut's Combiner part, :meth:`_part`)."""
+        held = PendingStore.from_arrays(aux or {}, math.inf, 1)
+        self.predicted = dict(held.events)
+        return self
+
+    def _part(self) -> dict:
+        held = PendingStore(math.inf, 1)
+        held.events.update(self.predicted)
+        return held.to_arrays()
 
     def add(self, partials: list[Partial]) -> list[Combined]:
         for p in partials:
+            if p.shard < 0:  # the end of the input: a last cut at p.seq, which this Combiner is at
+                if self.predicted is not None and p.seq == self.seq:
+                    self.parts.append((p.seq, self._part()))
+                continue
             if p.seq <= self.seq:
                 continue  # a replayed partial of an event already combined
             slot = self.pending.get(p.seq)
@@ -289,12 +415,49 @@ class Combiner:
             slot[1] += 1
             if p.head is not None:
                 slot[2] = p.head
-        done = []
+            if p.cut:
+                self.cut_at.add(p.seq)
+        out, done = [], []
         while self.pending.get(self.seq + 1, (None, 0))[1] == self.n_shards:
-            done.append(self._combine(self.seq + 1, *self.pending.pop(self.seq + 1)))
-        return self._records(done) if done else []
+            total, _, head = self.pending.pop(self.seq + 1)
+            if isinstance(head, LateHead):  # in sequence order, so the records come out in it too
+                out += self._records(done) if done else []
+                done = []
+                out.append(self._late(self.seq + 1, total, head))
+            else:
+                done.append(self._combine(self.seq + 1, total, head))
+            if self.seq in self.cut_at:  # the held predictions exactly after this event
+                out += self._records(done) if done else []
+                done = []
+                self.cut_at.discard(self.seq)
+                self.parts.append((self.seq, self._part()))
+        return out + (self._records(done) if done else [])
 
-    def _combine(self, seq, total, _count, head):
+    def _late(self, seq: int, total: np.ndarray, head: LateHead) -> Combined:
+        """Learn an event whose label came late; its record carries the
+        prediction made when it arrived, and the loss of that."""
+        msg, match = head.message, head.match
+        for event_id in head.dropped:
+            self.predicted.pop(event_id, None)
+        weight = match.event.weight if match.weight != match.weight else match.weight
+        event = {"id": match.event_id, "label": match.label, "weight": weight}
+        _, _, yhat, y, _, feedback, _ = self._combine(seq, total, (msg, event))
+        feedback["partition"] = label_partition(msg.partition)
+        arrived = self.predicted.pop(match.event_id, None)
+        if arrived is None:  # not held (a part lost with its cut): the prediction made now stands in
+            log.warning("model %r: no prediction held for event %r; its loss is that of the model now",
+                        self.model, match.event_id)
+            arrived = match.event._replace(scores=np.asarray(yhat, dtype=np.float64), version=self.learned - 1)
+        scores = arrived.scores.reshape(1, -1)
+        losses = losses_of(self.loss, np.array([y]), scores, self.loss_param)
+        self.metrics.count(scores, np.array([y]), losses)
+        prob, klass = readings(self.loss, scores)
+        record = labelled_prediction(match.event_id, self.model, arrived, match.label, losses[0], prob[0], klass[0])
+        source = match.event.source
+        return Combined(record, feedback, source.key if source is not None and source.key is not None
+                        else match.event_id.encode())
+
+    def _combine(self, seq, total, head):
         pos, event = head
         label = event.get("label")
         y = math.nan if label is None else float(prepare_labels(self.loss, [label], self.n_outputs)[0])
@@ -317,9 +480,18 @@ class Combiner:
         self.metrics.count(scores, y, losses)
         prob, klass = readings(self.loss, scores)
         now_ms = time.time() * 1000.0
-        return [Combined(prediction_record(event, self.model, version, row, prob[i], klass[i], value, now_ms, pos),
-                         feedback, prediction_key(event, pos))
-                for i, ((event, version, _, _, value, feedback, pos), row) in enumerate(zip(done, scores.tolist()))]
+        out = [Combined(prediction_record(event, self.model, version, row, prob[i], klass[i], value, now_ms, pos),
+                        feedback, prediction_key(event, pos))
+               for i, ((event, version, _, _, value, feedback, pos), row) in enumerate(zip(done, scores.tolist()))]
+        if self.predicted is not None:
+            for i, c in enumerate(out):
+                if c.prediction["label"] is None:
+                    p = c.prediction
+                    self.predicted[p["event_id"]] = Waiting(
+                        int(p["event_timestamp"]), p["model_version"], p["latency_ms"], scores[i].copy(),
+                        np.empty(0, dtype=np.int64), np.empty(0), 1.0, Source(*done[i][6][:3],
+                                                                            getattr(done[i][6], "key", None)))
+        return out
 
 
 class FeedbackWatch(StopRule):

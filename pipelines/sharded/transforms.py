@@ -13,6 +13,12 @@
           │                                  ▼
           └──── Feedback ───────── CombineStep (keyed by model) ─► predictions topic
 
+With delayed labels (``--labels-topic``) the labels topic is read by the
+same source; the route step joins each label to its waiting event
+(:class:`pipelines.sharded.protocol.Router`), writes unusable labels to the
+dead-letter topic itself, and decides the checkpoint cuts (see
+:data:`pipelines.state.cuts.LATE_PARTS`).
+
 Both topics are read by one source so that every step is fused with it: on
 the FnApiRunner nothing then waits for a fusion break. The
 combine step is keyed by model, not by event: it owns the model's global
@@ -27,17 +33,20 @@ import time
 from typing import NamedTuple
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.coders import VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
 from pipelines.config import RunConfig
 from pipelines.kafka.producer import KafkaWriter
+from pipelines.records.dead_letters import dead_letter_message
+from pipelines.records.labels import PendingStore
 from pipelines.state.cuts import CutStore
-from pipelines.steps import NAMESPACE, DecodeEvents
+from pipelines.steps import NAMESPACE, DecodeEvents, LabelBatch
 from schemas.codec import DecodeError
 
-from .protocol import Combiner, Router, ShardRunner
+from .protocol import Combiner, Partial, Router, ShardRunner, label_partition
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +88,30 @@ class _Sharded:
         return self.store.at(model, seq, self.cfg.shards)
 
 
+def skip_position(cfg: RunConfig, topic: str, partition: int) -> int:
+    """The partition a skip record names: labels-topic partitions coded apart
+    from the events topic's (:func:`pipelines.sharded.protocol.label_partition`)."""
+    return label_partition(partition) if cfg.labels_topic and topic == cfg.labels_topic else partition
+
+
 def skip_record(run_id: str, partition: int, offset: int) -> dict:
     """The feedback topic's record for an event that has no model sequence
     place (a dead letter, or one learned before a restart): it tells a
     bounded run's feedback reader that the event is accounted for."""
     return {"event_id": "", "model": "", "run_id": run_id, "seq": -1, "partition": partition, "offset": offset,
             "g": [], "scalars": {}, "checkpoint": False}
+
+
+def ends(records: list[dict]):
+    """Which feedback records are the feedback reader's end markers."""
+    return (not r["event_id"] and r["checkpoint"] for r in records)
+
+
+def cut_due(cfg: RunConfig, since: int, last: float) -> bool:
+    """A checkpoint cut is due after ``since`` events since the last, at ``last`` (monotonic)."""
+    if cfg.checkpoint_every and since >= cfg.checkpoint_every:
+        return True
+    return bool(cfg.checkpoint_seconds) and time.monotonic() - last >= cfg.checkpoint_seconds
 
 
 class DecodeShardedInput(DecodeEvents):
@@ -121,16 +148,27 @@ class RouteEvents(_Sharded, beam.DoFn):
         super().setup()
         self.routers: dict[str, Router] = {}
         self.skips = None
+        self.dlq: KafkaWriter | None = None
         self.foreign = Metrics.counter(NAMESPACE, "feedback_other_runs")
+        self.since_cut: dict[str, int] = {}
+        self.last_cut: dict[str, float] = {}
 
     def _router(self, model: str) -> Router:
         router = self.routers.get(model)
         if router is None:
-            learner = self.cfg.learner.make()
+            cfg = self.cfg
+            learner = cfg.learner.make()
             cut = self.cut(model)
-            router = self.routers[model] = Router(self.cfg.shards, learner.hasher, learner.bias,
+            pending = PendingStore(cfg.label_ttl * 1000.0, cfg.max_pending) if cfg.labels_topic else None
+            router = self.routers[model] = Router(cfg.shards, learner.hasher, learner.bias,
                                                   cut.seq if cut else 0, cut.offsets if cut else None,
-                                                  interactions=learner.interactions)
+                                                  interactions=learner.interactions, pending=pending)
+            if cut is not None and pending is not None and cut.head.get("late_labels"):
+                router.restore(*cut.part("router"), cfg.labels_topic)
+            elif cut is not None and cut.head.get("late_labels"):
+                log.warning("model %r: checkpoint cut %s holds events waiting for labels, but this run has no "
+                            "--labels-topic: they are not restored", model, cut.path)
+            self.since_cut[model], self.last_cut[model] = 0, time.monotonic()
         return router
 
     def process(self, element, routed=beam.DoFn.StateParam(ROUTED)):
@@ -139,35 +177,94 @@ class RouteEvents(_Sharded, beam.DoFn):
             mine = [r for r in payload if r["run_id"] == self.run.run_id]
             if len(mine) < len(payload):
                 self.foreign.inc(len(payload) - len(mine))
+            if mine and self.cfg.labels_topic and any(ends(mine)):
+                self._end_cut(model)
             if mine:
                 for s in range(self.cfg.shards):
                     yield (model, s), (FEEDBACK, mine)
             return
         router = self._router(model)
-        per_shard, skipped = router.route(payload)
+        if isinstance(payload, LabelBatch):
+            per_shard, dead, skipped = router.route_labels(payload)
+            self._dead_letters(dead)
+        else:
+            per_shard, skipped = router.route(payload)
         if skipped:
             self._skip(skipped)
+        if router.pending is not None:
+            self._late_labels(model, router, per_shard)
         routed.write(router.seq)
         for s, slices in enumerate(per_shard):
             if slices:
                 yield (model, s), (SLICES, slices)
 
-    def _skip(self, positions) -> None:
+    def _late_labels(self, model: str, router: Router, per_shard) -> None:
+        """With delayed labels the Router asks for the checkpoint cuts (every
+        N events / T seconds, as the combine step does without them): its
+        waiting events are then saved exactly at the cut's event."""
+        pending = router.pending
+        Metrics.gauge(NAMESPACE, f"pending_events_{model}").set(len(pending.events))
+        Metrics.gauge(NAMESPACE, f"pending_labels_{model}").set(len(pending.labels))
+        Metrics.gauge(NAMESPACE, f"pending_expired_{model}").set(pending.expired_events)
+        self.since_cut[model] += len(per_shard[0])
+        if self.store is None or not per_shard[0] or not cut_due(self.cfg, self.since_cut[model],
+                                                                 self.last_cut[model]):
+            return
+        self._flush()  # the dead letters and skips the cut's offsets cover are in Kafka first
+        part = router.mark_cut(per_shard)
+        aux = part.pop("aux")
+        self.store.save_part(model, part["seq"], "router", aux, part)
+        self.since_cut[model], self.last_cut[model] = 0, time.monotonic()
+
+    def _end_cut(self, model: str) -> None:
+        """The feedback reader's end marker: the shards write a last cut at
+        the last event; the Router's part of it is its state now."""
+        router = self.routers.get(model)
+        if self.store is None or router is None:
+            return
+        self._flush()
+        part = router.part()
+        aux = part.pop("aux")
+        self.store.save_part(model, part["seq"], "router", aux, part)
+
+    def _dead_letters(self, records: list[dict]) -> None:
+        if not records:
+            return
+        if self.dlq is None:
+            self.dlq = KafkaWriter(self.cfg.bootstrap, self.cfg.dlq_topic, self.cfg.kafka_config)
+        codec = self._codec()
+        for record in records:
+            self.dlq.produce_message(dead_letter_message(
+                record, codec.encode("scinol.DeadLetter", record, self.cfg.dlq_topic)))
+        Metrics.counter(NAMESPACE, "dead_letters").inc(len(records))
+
+    def _codec(self):
         if self.skips is None:
             self.skips = (KafkaWriter(self.cfg.bootstrap, self.cfg.feedback, self.cfg.kafka_config),
                           self.cfg.codec())
-        writer, codec = self.skips
+        return self.skips[1]
+
+    def _skip(self, positions) -> None:
+        codec = self._codec()
+        writer = self.skips[0]
         for pos in positions:
-            record = skip_record(self.run.run_id, pos.partition, pos.offset)
+            record = skip_record(self.run.run_id, skip_position(self.cfg, pos.topic, pos.partition), pos.offset)
             writer.produce(codec.encode("scinol.Feedback", record, self.cfg.feedback))
 
-    def finish_bundle(self):
+    def _flush(self):
         if self.skips is not None:
             self.skips[0].flush()
+        if self.dlq is not None:
+            self.dlq.flush()
+
+    def finish_bundle(self):
+        self._flush()
 
     def teardown(self):
         if self.skips is not None:
             self.skips[0].close()
+        if self.dlq is not None:
+            self.dlq.close()
 
 
 class ShardStep(_Sharded, beam.DoFn):
@@ -216,6 +313,9 @@ class ShardStep(_Sharded, beam.DoFn):
             partials = runner.add(payload)
         else:
             partials = runner.feedback(payload, on_cut=lambda seq: self._save(key, runner, seq))
+            if self.cfg.labels_topic and key[1] == 0 and any(ends(payload)):
+                # the combine step writes its part of the last cut too
+                partials = partials + [Partial(runner.applied, -1, np.empty(0), None, True)]
         if runner.duplicates > dup:
             self.duplicates.inc(runner.duplicates - dup)
         if len(runner.missing) > miss:
@@ -229,8 +329,9 @@ class ShardStep(_Sharded, beam.DoFn):
             return
         model, s = key
         coords, state, header = runner.part()
+        late = {"late_labels": True} if self.cfg.labels_topic else {}
         self.store.save_shard(model, seq, s, self.cfg.shards, coords, state,
-                              {**header, **self.cfg.learner.make().header()})
+                              {**header, **late, **self.cfg.learner.make().header()})
 
 
 class CombineStep(_Sharded, beam.DoFn):
@@ -269,6 +370,9 @@ class CombineStep(_Sharded, beam.DoFn):
                 log.warning("model %r restored from checkpoint cut %s (%d events)", model, cut.path, cut.seq)
             else:
                 combiner = Combiner(*args, algo.init_state(0, learner.n_outputs).scalars)
+            if cfg.labels_topic:  # a cut made without delayed labels has nothing held
+                late = cut is not None and cut.head.get("late_labels")
+                combiner.hold_predictions(cut.part("combiner")[1] if late else None)
             self.combiners[model] = combiner
             self.since_cut[model] = 0
             self.last_cut[model] = time.monotonic()
@@ -279,13 +383,17 @@ class CombineStep(_Sharded, beam.DoFn):
         combiner = self._combiner(model)
         done = combiner.add(partials)
         if not done:
+            if combiner.parts:
+                self._late_cuts(model, combiner, done)
             return
         encode, topic = self.codec.encode, self.cfg.predictions_topic
         for d in done:
             self.predictions.produce(encode("scinol.Prediction", d.prediction, topic), d.key)
         self.predictions.flush()
         self.since_cut[model] += len(done)
-        if self._cut_due(model):
+        if combiner.predicted is not None:
+            self._late_cuts(model, combiner, done)
+        elif self._cut_due(model):
             done[-1].feedback["checkpoint"] = True
             self.since_cut[model] = 0
             self.last_cut[model] = time.monotonic()
@@ -305,13 +413,23 @@ class CombineStep(_Sharded, beam.DoFn):
                 self.feedback.produce(value, key)
         self.feedback.poll()
 
+    def _late_cuts(self, model: str, combiner: Combiner, done) -> None:
+        """With delayed labels, cuts where the Router asked for them: this
+        step's part (the predictions held for labels) is written, then the
+        cut's feedback is marked for the shards."""
+        Metrics.gauge(NAMESPACE, f"held_predictions_{model}").set(len(combiner.predicted))
+        parts, combiner.parts = combiner.parts, []
+        if self.store is None or not parts:
+            return
+        marked = {seq for seq, _ in parts}
+        for seq, aux in parts:
+            self.store.save_part(model, seq, "combiner", aux, {})
+        for d in done:
+            if d.feedback["seq"] in marked:
+                d.feedback["checkpoint"] = True
+
     def _cut_due(self, model: str) -> bool:
-        cfg = self.cfg
-        if self.store is None:
-            return False
-        if cfg.checkpoint_every and self.since_cut[model] >= cfg.checkpoint_every:
-            return True
-        return bool(cfg.checkpoint_seconds) and time.monotonic() - self.last_cut[model] >= cfg.checkpoint_seconds
+        return self.store is not None and cut_due(self.cfg, self.since_cut[model], self.last_cut[model])
 
     def finish_bundle(self):
         self.predictions.flush()

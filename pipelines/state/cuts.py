@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from learners import OnlineLearner
-from learners.state import LearnerState, StateFileError, load_state, save_state
+from learners.state import LearnerState, StateFileError, load_state, load_state_with_aux, save_state
 
 from .checkpoints import _safe
 from . import store as fs
@@ -45,6 +45,17 @@ _PART = re.compile(r"^shard-\d+-of-(\d+)\.scinol$")
 
 def shard_file(shard: int, n_shards: int) -> str:
     return f"shard-{shard}-of-{n_shards}.scinol"
+
+
+LATE_PARTS = ("router", "combiner")
+"""With delayed labels a cut has two more parts, written by the route and
+combine steps at the cut's event: the events and labels waiting (with the
+offsets taken in), and the predictions held for their labels. Shard 0's
+header then says ``late_labels``, so a cut without them is incomplete."""
+
+
+def part_file(name: str) -> str:
+    return f"{name}.scinol"
 
 
 class Cut:
@@ -64,6 +75,11 @@ class Cut:
         coords = state.arrays.pop("coords")
         state.fill.pop("coords", None)
         return coords, state, header
+
+    def part(self, name: str) -> tuple[dict, dict]:
+        """(header, arrays) of one of the :data:`LATE_PARTS`."""
+        _, header, aux = load_state_with_aux(fs.loadable(fs.join(self.path, part_file(name))))
+        return header, aux
 
     def merged_learner(self, make_learner=None) -> OnlineLearner:
         """The K shard parts put back together as one learner (for
@@ -121,6 +137,15 @@ class CutStore:
         self._prune(model, n_shards)
         return path
 
+    def save_part(self, model: str, seq: int, name: str, aux: dict, header: dict) -> str:
+        """One of the :data:`LATE_PARTS` of the cut at ``seq``: numeric arrays and a header."""
+        path = fs.join(self.cut_dir(model, seq), part_file(name))
+        where = {"model": model, "seq": int(seq), "part": name}
+        header = {**header, **where, "created_ms": int(time.time() * 1000), "source": self.source}
+        empty = LearnerState({"none": np.zeros(0)})
+        write_durably(path, lambda tmp: save_state(tmp, empty, header, aux), where, kind="cut")
+        return path
+
     def _cuts(self, model: str) -> list[tuple[int, str]]:
         return self._cuts_in(fs.join(self.directory, _safe(model)))
 
@@ -150,6 +175,12 @@ class CutStore:
                 return None, f"shard {s}'s part is for event #{header.get('seq')}, not #{seq}"
             if s == 0:
                 head = {**header, "scalars": state.scalars}
+        for name in LATE_PARTS if head.get("late_labels") else ():
+            if part_file(name) not in present:
+                return None, f"incomplete (no {name} part)"
+            problem = verify(fs.join(path, part_file(name)))
+            if problem is not None:
+                return None, f"the {name} part: {problem}"
         return Cut(path, seq, n_shards, head), None
 
     def at(self, model: str, seq: int, n_shards: int) -> Cut:

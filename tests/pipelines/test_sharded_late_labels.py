@@ -1,0 +1,174 @@
+"""Delayed labels in sharded mode's protocol, without Beam or Kafka: the
+Router joins labels to the events awaiting them and routes each such event
+again, labelled, when its label comes. At S = 0 the shards then learn the
+stream reordered to label-arrival order, as one learner (and exact mode)
+does, and the progressive loss is that of the prediction made when the
+event arrived."""
+
+import math
+
+import numpy as np
+import pytest
+
+from learners import make_learner
+from learners.losses import losses_of
+from pipelines.kafka.consumer import KafkaMessage
+from pipelines.records.labels import PendingStore
+from pipelines.sharded.protocol import Combiner, Router, ShardRunner
+from schemas.reasons import LABEL_DUPLICATE, LABEL_EXPIRED, LABEL_UNKNOWN_EVENT
+from learners.datasets import toy_examples
+from pipelines.records.events import dense_events
+from pipelines.steps import Position
+from tests.pipelines.test_sharded_model import merged_arrays
+
+T0 = 1_700_000_000_000
+
+
+def stream(n, seed=0):
+    """(X, y, [(Position, event)]) with every label on its event."""
+    X, y = toy_examples(n, seed)
+    events = dense_events(X, y, "e-", model="m", start_ms=T0)
+    return X, y, [(Position("events", 0, i), e) for i, e in enumerate(events)]
+
+
+class LateLoop:
+    """Router → K ShardRunners → Combiner at staleness 0, feedback delivered
+    in memory; the Router keeps the events awaiting labels."""
+
+    def __init__(self, learner, k, ttl_ms=1e12, max_pending=1_000_000, staleness=0):
+        algo = learner.algorithm
+        scalars = algo.init_state(0, learner.n_outputs).scalars
+        self.router = Router(k, learner.hasher, learner.bias, pending=PendingStore(ttl_ms, max_pending))
+        self.shards = [ShardRunner(algo, learner.n_outputs, s, staleness, scalars) for s in range(k)]
+        self.combiner = Combiner(algo, learner.loss, learner.loss_param, learner.n_outputs, k, "m", "run",
+                                 scalars).hold_predictions()
+        self.predictions, self.dead, self.queue = [], [], []
+
+    def events(self, items):
+        self._run(self.router.route(items)[0])
+
+    def labels(self, items):
+        per_shard, dead, _ = self.router.route_labels(items)
+        self.dead += dead
+        self._run(per_shard)
+
+    def _run(self, per_shard):
+        for shard, slices in zip(self.shards, per_shard):
+            self._combine(shard.add(slices))
+        while self.queue:
+            records, self.queue = self.queue, []
+            for shard in self.shards:
+                self._combine(shard.feedback(records))
+
+    def _combine(self, partials):
+        for done in self.combiner.add(partials):
+            self.predictions.append(done.prediction)
+            self.queue.append(done.feedback)
+
+
+def label_messages(rows, start_offset=0):
+    """(message, Label record) pairs for (event id, label, timestamp ms)."""
+    return [(KafkaMessage("labels", 0, start_offset + i, ts, eid.encode(), eid.encode()),
+             {"event_id": eid, "model": "m", "label": float(label), "weight": None, "timestamp": ts})
+            for i, (eid, label, ts) in enumerate(rows)]
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_random_delays_learn_the_stream_reordered_to_label_arrival(k):
+    n = 3000
+    X, y, items = stream(n)
+    unlabelled = [(pos, {**e, "label": None}) for pos, e in items]
+    ids = [e["id"] for _, e in items]
+    due = np.arange(n) + np.random.default_rng(3).integers(0, 10_001, size=n)  # label i after event due[i]
+    arrival = np.argsort(due, kind="stable")
+    labels = label_messages([(ids[i], y[i], T0 + int(due[i])) for i in arrival])
+    loop = LateLoop(make_learner("scinol2", "logistic"), k)
+    done = 0
+    for t in range(n):  # event t, then the labels due after it, in batches of whatever came
+        loop.events(unlabelled[t:t + 1])
+        upto = int(np.searchsorted(due[arrival], t, side="right"))
+        if upto > done:
+            loop.labels(labels[done:upto])
+            done = upto
+    loop.labels(labels[done:])
+
+    order = [p["event_id"] for p in loop.predictions if p["label"] is not None]
+    assert order == [ids[i] for i in arrival]  # learned in label-arrival order, each once
+    exact = make_learner("scinol2", "logistic")
+    want = exact.learn(X[arrival], y[arrival])
+    merged = merged_arrays(loop, exact.state.n_coords)
+    for name, arr in exact.state.arrays.items():
+        if k == 1:  # one shard adds its sums as one learner does: bit for bit
+            np.testing.assert_array_equal(merged.arrays[name], arr, err_msg=name)
+        else:  # K partial sums added in another order
+            np.testing.assert_allclose(merged.arrays[name], arr, rtol=1e-9, atol=1e-12, err_msg=name)
+    if k == 1:
+        assert loop.combiner.scalars == exact.state.scalars
+    assert loop.combiner.scalars == pytest.approx(exact.state.scalars, rel=1e-12)
+    assert not loop.router.pending.events and not loop.combiner.predicted  # nothing left waiting
+
+    # Each event's prediction at arrival, and its loss counted when its label came.
+    arrived = {p["event_id"]: p for p in loop.predictions if p["label"] is None}
+    for p in loop.predictions:
+        if p["label"] is not None:
+            first = arrived[p["event_id"]]
+            assert p["score"] == first["score"] and p["model_version"] == first["model_version"]
+            assert p["loss"] == pytest.approx(losses_of("logistic", np.array([p["label"]]),
+                                                        np.array([[p["score"]]]))[0], rel=1e-12)
+    assert loop.combiner.metrics.labelled == n
+    assert not math.isnan(loop.combiner.metrics.mean_loss) and loop.combiner.metrics.mean_loss < math.log(2)
+    # versions: the model had learned exactly the labels that came before each event
+    assert [arrived[ids[t]]["model_version"] for t in (0, n - 1)] == [0, int(np.sum(due[:-1] < n - 1))]
+
+
+def test_a_label_before_its_event_is_learned_when_the_event_comes():
+    X, y, items = stream(20)
+    loop = LateLoop(make_learner("scinol2", "logistic"), 2)
+    loop.labels(label_messages([(items[0][1]["id"], y[0], T0)]))
+    loop.events([(pos, {**e, "label": None}) for pos, e in items])
+    assert loop.predictions[0]["label"] == y[0]  # learned inline, one record
+    assert len(loop.predictions) == 20 and len(loop.router.pending.events) == 19
+
+
+def test_unknown_expired_and_duplicate_labels_are_dead_letters():
+    X, y, items = stream(400)
+    events = [(pos, {**e, "label": None, "timestamp": T0 + 1000 * i}) for i, (pos, e) in enumerate(items)]
+    loop = LateLoop(make_learner("scinol2", "logistic"), 2, ttl_ms=60_000)
+    loop.events(events)
+    ids = [e["id"] for _, e in events]
+    loop.labels(label_messages([(ids[390], y[390], T0 + 395_000),  # in time: learned
+                                (ids[390], y[390], T0 + 396_000),  # again: a duplicate
+                                (ids[5], y[5], T0 + 397_000),  # expired long ago (the TTL is 60 s)
+                                ("no-such-event", 1.0, T0 + 398_000)]))  # waits for its event...
+    loop.events([])
+    assert {d["reason"] for d in loop.dead} == {LABEL_DUPLICATE, LABEL_EXPIRED}
+    assert [p["event_id"] for p in loop.predictions if p["label"] is not None] == [ids[390]]
+    more = [(pos._replace(offset=400 + i), {**e, "id": f"x{i}", "label": None, "timestamp": T0 + 500_000 + i})
+            for i, (pos, e) in enumerate(items[:3])]
+    loop.events(more)  # ...which the events topic moves past by more than the TTL
+    _, dead, _ = loop.router.route_labels([])
+    assert [d["reason"] for d in dead] == [LABEL_UNKNOWN_EVENT]
+    assert all(d["topic"] == "labels" for d in loop.dead + dead)
+    # The events the Router dropped are forgotten by the Combiner with the next late event.
+    loop.labels(label_messages([(f"x{i}", 1.0, T0 + 500_010) for i in range(3)], start_offset=10))
+    assert set(loop.combiner.predicted) <= set(loop.router.pending.events)
+
+
+def test_with_staleness_every_event_is_still_learned_once_in_label_arrival_order():
+    n = 1000
+    X, y, items = stream(n)
+    ids = [e["id"] for _, e in items]
+    due = np.arange(n) + np.random.default_rng(4).integers(0, 500, size=n)
+    arrival = np.argsort(due, kind="stable")
+    labels = label_messages([(ids[i], y[i], T0 + int(due[i])) for i in arrival])
+    loop = LateLoop(make_learner("scinol2", "logistic"), 3, staleness=16)
+    done = 0
+    for lo in range(0, n, 50):
+        loop.events([(pos, {**e, "label": None}) for pos, e in items[lo:lo + 50]])
+        upto = int(np.searchsorted(due[arrival], lo + 49, side="right"))
+        loop.labels(labels[done:upto])
+        done = upto
+    loop.labels(labels[done:])
+    assert [p["event_id"] for p in loop.predictions if p["label"] is not None] == [ids[i] for i in arrival]
+    assert all(not sh.in_flight and not sh.missing for sh in loop.shards)
+    assert loop.combiner.metrics.mean_loss < math.log(2)
