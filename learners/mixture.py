@@ -1,0 +1,333 @@
+"""``scinol-mix``: a Bayes mixture of parameter-free linear learners.
+
+Five experts run side by side in one compiled kernel, over one state:
+
+    0 ScInOL2, 1 ScInOL1 (Kempka et al. 2019, Algorithms 2 and 1),
+    2 KT coin betting per coordinate (Orabona & Pál 2016), 3 Kotłowski 2017
+    Algorithm 1, 4 the zero predictor (ŷ = 0: probability 1/2, or 1/K).
+
+Each base learns exactly as it would alone, from the gradient of the loss at
+its *own* score. The mixture predicts the class probabilities
+
+    p_t(c) = Σ_i π_{t,i} p_{t,i}(c),   π_{t,i} ∝ exp(-Σ_{s<t} h_s ℓ_{s,i})
+
+(the exponentially weighted average forecaster with η = 1 on the log loss,
+i.e. the Bayes mixture with a uniform prior: Cesa-Bianchi & Lugosi,
+"Prediction, Learning, and Games", 2006, §3.3 (exp-concave losses, Prop. 3.1)
+and §9.2 (log loss)). For the log loss the identity
+Σ_t ℓ_t(mix) = -ln Σ_i (1/N) exp(-L_{T,i}) holds exactly (the mixture's
+probability of the labels is the prior-average of the experts'), hence
+
+    Σ_t ℓ_t(mix) ≤ min_i L_{T,i} + ln N          (N = 5, or 4 without KT)
+
+for any sequence, with no tuning and no bound on the losses: never more
+than ln 5 / T per example above the best base, nor above the zero model
+(ln 2 logistic, ln K softmax). The bound is stronger than the O(√(T ln N))
+of the parameter-free experts algorithms for bounded losses (AdaNormalHedge,
+coin betting for experts), because the log loss is 1-exp-concave in the
+probabilities; it needs the log loss, so the mixture is defined for the
+``logistic`` and ``softmax`` losses only. Importance weights h multiply
+each expert's loss in the exponent; the bound then holds for h ≤ 1 (Jensen:
+(Σ π q)^h ≥ Σ π q^h needs h ≤ 1).
+
+The score returned is the logit of the mixed probability, computed as a
+difference of log-sum-exps (logistic: ŷ = ln p(+1) - ln p(-1); softmax:
+ŷ_c = ln p(c), so logsumexp ŷ = 0 and ℓ(y, ŷ) = -ln p(y)). It is not a
+linear function of x: :meth:`Mixture.weights` gives the bases' weights
+averaged with the current π, for inspection only.
+
+Shardable: every base is coordinate-separable. A shard returns the partial
+scores of the four linear bases and Kotłowski's count of new coordinates
+(4K + 1 sums); the combiner owns the cumulative losses L_i and returns each
+base's own g (4K feedback values).
+
+State: P[j, k] = (G, S², η | G, S², β | θ, W | h) (ScInOL2 | ScInOL1 | KT
+| Kotłowski), Q[j] = (M, s²): ScInOL1 and ScInOL2 share M = max |x_j|,
+which both update to the same value. Globals: t, Kotłowski's d seen, and
+L_i for each expert.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+
+import numpy as np
+from numba import njit
+
+from . import math_kotlowski as KO
+from . import math_kt as KT
+from . import math_scinol as SC
+from .codes import KT_COORD, SCINOL1, SCINOL2
+from .losses import LOGISTIC, SOFTMAX, loss_grad_into
+from .state import LearnerState
+
+jit = njit(cache=True, error_model="numpy")
+inline = njit(cache=True, error_model="numpy", inline="always")
+
+BASES = ("scinol2", "scinol1", "kt-coord", "kotlowski1")
+EXPERTS = (*BASES, "zero")
+N_BASES, ZERO = 4, 4
+FIELDS = ("G_2", "S2_2", "eta", "G_1", "S2_1", "beta", "theta", "wealth", "h")
+COORD_FIELDS = ("M", "s2")
+GLOBALS = ("t", "dim", *(f"L_{e}" for e in EXPERTS))
+L0 = 2  # glob[L0 + i] is expert i's cumulative weighted loss
+PARAMS = {"eps": 1.0, "alpha": 1.5, "wealth": 1.0, "kt": 1.0}
+
+
+# -- the mixture ----------------------------------------------------------------
+@inline
+def _lse_add(m, s, v):
+    """Running log-sum-exp as (max, Σ exp(· - max)), adding v."""
+    if v <= m:
+        return m, s + math.exp(v - m)
+    return v, s * math.exp(m - v) + 1.0
+
+
+@inline
+def _softplus(z):
+    return math.log1p(math.exp(-abs(z))) + max(z, 0.0)
+
+
+@jit
+def mix_scores(loss, glob, kt_on, yb, out):
+    """The mixture's scores from the bases' (yb, (4, K)) and the L_i."""
+    top = -math.inf
+    for i in range(N_BASES + 1):
+        if i != 2 or kt_on:
+            top = max(top, -glob[L0 + i])
+    if loss == LOGISTIC:
+        mp, sp, mn, sn = -math.inf, 0.0, -math.inf, 0.0
+        for i in range(N_BASES + 1):
+            if i == 2 and not kt_on:
+                continue
+            z = yb[i, 0] if i < N_BASES else 0.0
+            a = top - glob[L0 + i]  # ln π_i up to a constant, ≤ 0
+            mp, sp = _lse_add(mp, sp, a - _softplus(-z))  # ln π_i σ(z)
+            mn, sn = _lse_add(mn, sn, a - _softplus(z))  # ln π_i σ(-z)
+        out[0] = (mp + math.log(sp)) - (mn + math.log(sn))
+        return
+    n_out = out.shape[0]
+    lz = math.log(n_out)
+    for c in range(n_out):
+        m, s = -math.inf, 0.0
+        for i in range(N_BASES + 1):
+            if i == 2 and not kt_on:
+                continue
+            a = top - glob[L0 + i]
+            if i < N_BASES:
+                mi = yb[i, 0]
+                for k in range(1, n_out):
+                    mi = max(mi, yb[i, k])
+                si = 0.0
+                for k in range(n_out):
+                    si += math.exp(yb[i, k] - mi)
+                m, s = _lse_add(m, s, a + yb[i, c] - mi - math.log(si))
+            else:
+                m, s = _lse_add(m, s, a - lz)
+        out[c] = m + math.log(s)
+    # ln Σ_i π_i: the mixture's probabilities sum to 1 when the scores are
+    # ln of them, so normalise by the prior's total.
+    m, s = -math.inf, 0.0
+    for i in range(N_BASES + 1):
+        if i != 2 or kt_on:
+            m, s = _lse_add(m, s, top - glob[L0 + i])
+    norm = m + math.log(s)
+    for c in range(n_out):
+        out[c] -= norm
+
+
+@inline
+def _combine(loss, loss_prm, glob, kt_on, yb, ex, y, iw, fb, ymix, tmp, zero):
+    """ℓ(y, mixture), each base's g (times iw) into fb[b], L_i += iw ℓ_i."""
+    mix_scores(loss, glob, kt_on, yb, ymix)
+    value = loss_grad_into(loss, loss_prm, y, ymix, tmp)
+    for b in range(N_BASES):
+        if b == 2 and not kt_on:
+            fb[b, :] = 0.0
+            continue
+        glob[L0 + b] += iw * loss_grad_into(loss, loss_prm, y, yb[b], fb[b])
+        for k in range(fb.shape[1]):
+            fb[b, k] *= iw
+    glob[L0 + ZERO] += iw * loss_grad_into(loss, loss_prm, y, zero, tmp)
+    glob[0] += 1.0
+    glob[1] += ex[1]  # Kotłowski's d: the coordinates seen so far
+    return value
+
+
+# -- per coordinate -------------------------------------------------------------
+@inline
+def _weigh(prm, kprm, glob, P2, P1, PK, PH, Q, QK, j, x, t, learning, kt_on, W2, W1, WK, WH, slot, yb, ex):
+    for k in range(P2.shape[1]):
+        w = SC.weight(SCINOL2, prm, P2, Q, j, k, x, t)
+        W2[slot, k] = w
+        yb[0, k] += x * w
+        w = SC.weight(SCINOL1, prm, P1, Q, j, k, x, t)
+        W1[slot, k] = w
+        yb[1, k] += x * w
+        if kt_on:
+            w = KT.weight(KT_COORD, prm, glob, PK, j, k, t, learning)
+            WK[slot, k] = w
+            yb[2, k] += x * w
+        w = KO.weight(kprm, glob, PH, QK, j, k, x, t)
+        WH[slot, k] = w
+        yb[3, k] += x * w
+    KO.extras(QK, j, ex)
+
+
+@inline
+def _learn(prm, glob, P2, P1, PK, PH, Q, QK, j, x, t, kt_on, F2, F1, FK, FH, W2, W1, WK, WH, slot, n_out):
+    SC.update(SCINOL2, prm, P2, Q, j, x, t, F2, W2, slot, n_out)
+    SC.update(SCINOL1, prm, P1, Q, j, x, t, F1, W1, slot, n_out)  # M already max'd: the same M²
+    if kt_on:
+        KT.update(KT_COORD, glob, PK, j, x, FK, WK, slot, n_out)
+    KO.update(PH, QK, j, x, FH, n_out)
+
+
+@inline
+def _col(indices, p, start, dense):
+    return p - start if dense else indices[p]
+
+
+@inline
+def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning, kt_on, yb, ex, W):
+    """The bases' scores for one row; W[b, slot] their weights."""
+    P2, P1, PK, PH = P[:, :, 0:3], P[:, :, 3:6], P[:, :, 6:8], P[:, :, 8:9]
+    QK = Q[:, 1:2]
+    W2, W1, WK, WH = W[0], W[1], W[2], W[3]
+    yb[:, :] = 0.0
+    ex[1] = 0.0
+    t = glob[0] + 1.0
+    if bias:
+        _weigh(prm, kprm, glob, P2, P1, PK, PH, Q, QK, 0, 1.0, t, learning, kt_on, W2, W1, WK, WH, 0, yb, ex)
+    for p in range(start, end):
+        x = data[p]
+        if x != 0.0:
+            j = _col(indices, p, start, dense) + bias
+            _weigh(prm, kprm, glob, P2, P1, PK, PH, Q, QK, j, x, t, learning, kt_on, W2, W1, WK, WH,
+                   p - start + bias, yb, ex)
+
+
+@inline
+def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, kt_on, fb, W):
+    P2, P1, PK, PH = P[:, :, 0:3], P[:, :, 3:6], P[:, :, 6:8], P[:, :, 8:9]
+    QK = Q[:, 1:2]
+    W2, W1, WK, WH = W[0], W[1], W[2], W[3]
+    F2, F1, FK, FH = fb[0], fb[1], fb[2], fb[3]
+    n_out = P.shape[1]
+    t = glob[0]
+    if bias:
+        _learn(prm, glob, P2, P1, PK, PH, Q, QK, 0, 1.0, t, kt_on, F2, F1, FK, FH, W2, W1, WK, WH, 0, n_out)
+    for p in range(start, end):
+        x = data[p]
+        if x != 0.0:
+            j = _col(indices, p, start, dense) + bias
+            _learn(prm, glob, P2, P1, PK, PH, Q, QK, j, x, t, kt_on, F2, F1, FK, FH, W2, W1, WK, WH,
+                   p - start + bias, n_out)
+
+
+# -- entry points ------------------------------------------------------------------
+@jit
+def learn_rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    """As :mod:`learners.kernels`' batch kernels: scores[i] is the mixture's
+    score before learning from row i, losses[i] its loss (NaN unlabelled)."""
+    n_out = P.shape[1]
+    kt_on = prm[3] != 0.0
+    kprm = prm[1:3]
+    longest = 0
+    for i in range(indptr.shape[0] - 1):
+        longest = max(longest, indptr[i + 1] - indptr[i])
+    W = np.zeros((N_BASES, longest + 1, n_out))
+    yb = np.zeros((N_BASES, n_out))
+    fb = np.zeros((N_BASES, n_out))
+    ex = np.zeros(2)
+    ymix, tmp, zero = np.empty(n_out), np.empty(n_out), np.zeros(n_out)
+    for i in range(indptr.shape[0] - 1):
+        start, end = indptr[i], indptr[i + 1]
+        learning = not math.isnan(y[i])
+        _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning, kt_on, yb, ex, W)
+        weight_i = iw[i] if iw.shape[0] else 1.0
+        if not learning or weight_i == 0.0:
+            mix_scores(loss, glob, kt_on, yb, ymix)
+            scores[i, :] = ymix
+            losses[i] = math.nan if not learning else loss_grad_into(loss, loss_prm, y[i], ymix, tmp)
+            continue
+        losses[i] = _combine(loss, loss_prm, glob, kt_on, yb, ex, y[i], weight_i, fb, ymix, tmp, zero)
+        scores[i, :] = ymix
+        _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, kt_on, fb, W)
+
+
+@jit
+def predict_row(prm, glob, P, Q, indices, data, bias, learning, yb, ex, W):
+    _row(prm, prm[1:3], glob, P, Q, indices, data, 0, indices.shape[0], False, bias, learning, prm[3] != 0.0,
+         yb, ex, W)
+
+
+@jit
+def combine_row(prm, glob, yb, ex, y, iw, loss, loss_prm, fb, ymix):
+    n_out = yb.shape[1]
+    return _combine(loss, loss_prm, glob, prm[3] != 0.0, yb, ex, y, iw, fb, ymix, np.empty(n_out),
+                    np.zeros(n_out))
+
+
+@jit
+def scores_only(prm, glob, yb, y, loss, loss_prm, ymix):
+    """The mixture's score, and its loss (NaN for y NaN), changing nothing."""
+    mix_scores(loss, glob, prm[3] != 0.0, yb, ymix)
+    if math.isnan(y):
+        return math.nan
+    return loss_grad_into(loss, loss_prm, y, ymix, np.empty(ymix.shape[0]))
+
+
+@jit
+def update_row(prm, glob, P, Q, indices, data, bias, fb, W):
+    _apply(prm, glob, P, Q, indices, data, 0, indices.shape[0], False, bias, prm[3] != 0.0, fb, W)
+
+
+@jit
+def base_weights(prm, glob, P, Q):
+    """Each base's current weights (x → 0, next trial, offline), (4, n, K)."""
+    n, n_out = P.shape[0], P.shape[1]
+    out = np.zeros((N_BASES, n, n_out))
+    t = glob[0] + 1.0
+    for j in range(n):
+        for k in range(n_out):
+            out[0, j, k] = SC.weight(SCINOL2, prm, P[:, :, 0:3], Q, j, k, 0.0, t)
+            out[1, j, k] = SC.weight(SCINOL1, prm, P[:, :, 3:6], Q, j, k, 0.0, t)
+            if prm[3] != 0.0:
+                out[2, j, k] = KT.weight(KT_COORD, prm, glob, P[:, :, 6:8], j, k, t, False)
+            out[3, j, k] = KO.weight(prm[1:3], glob, P[:, :, 8:9], Q[:, 1:2], j, k, 0.0, t)
+    return out
+
+
+def _drop_stale_cache() -> None:
+    """Numba keys the on-disk cache to this file only, but the kernel
+    inlines the math modules and the losses: drop it when any changed."""
+    import glob
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(here)):
+        if name in ("mixture.py", "losses.py") or name.startswith("math_") and name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as f:
+                digest.update(name.encode() + b"\0" + f.read())
+    cache_dir = learn_rows._cache.cache_path
+    stamp = os.path.join(cache_dir, "mixture.sources.sha256")
+    try:
+        with open(stamp) as f:
+            if f.read() == digest.hexdigest():
+                return
+    except OSError:
+        pass
+    try:
+        for path in glob.glob(os.path.join(cache_dir, "mixture.*.nb[ic]")):
+            os.unlink(path)
+        os.makedirs(cache_dir, exist_ok=True)
+        with open(stamp, "w") as f:
+            f.write(digest.hexdigest())
+    except OSError:  # a read-only install
+        pass
+
+
+_drop_stale_cache()
