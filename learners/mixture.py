@@ -73,6 +73,7 @@ FIELDS = ("G_2", "S2_2", "eta", "G_1", "S2_1", "beta", "theta", "wealth", "h")
 COORD_FIELDS = ("M", "s2")
 GLOBALS = ("t", "dim", *(f"L_{e}" for e in EXPERTS))
 L0 = 2  # glob[L0 + i] is expert i's cumulative weighted loss
+DEAD = 1e300  # L_i of an expert whose loss was ∞ or NaN: weight 0 from then on
 PARAMS = {"eps": 1.0, "alpha": 1.5, "wealth": 1.0, "kt": 1.0}
 
 
@@ -80,6 +81,8 @@ PARAMS = {"eps": 1.0, "alpha": 1.5, "wealth": 1.0, "kt": 1.0}
 @inline
 def _lse_add(m, s, v):
     """Running log-sum-exp as (max, Σ exp(· - max)), adding v."""
+    if v == -math.inf:  # an expert of weight 0 (or probability 0)
+        return m, s
     if v <= m:
         return m, s + math.exp(v - m)
     return v, s * math.exp(m - v) + 1.0
@@ -90,17 +93,33 @@ def _softplus(z):
     return math.log1p(math.exp(-abs(z))) + max(z, 0.0)
 
 
+@inline
+def _valid(loss, glob, kt_on, yb, i):
+    """Expert i takes part: KT only if on; not after a loss of ∞ or NaN (its
+    weight is 0: e.g. Kotłowski's exp potential overflowed under huge
+    importance weights); not while its score is NaN (∞ too, for softmax).
+    The zero predictor always takes part, so the mixture stays finite."""
+    if i == ZERO:
+        return True
+    if (i == 2 and not kt_on) or not glob[L0 + i] < DEAD:
+        return False
+    for k in range(yb.shape[1]):
+        if math.isnan(yb[i, k]) or (loss != LOGISTIC and math.isinf(yb[i, k])):
+            return False
+    return True
+
+
 @jit
 def mix_scores(loss, glob, kt_on, yb, out):
     """The mixture's scores from the bases' (yb, (4, K)) and the L_i."""
-    top = -math.inf
-    for i in range(N_BASES + 1):
-        if i != 2 or kt_on:
+    top = -glob[L0 + ZERO]
+    for i in range(N_BASES):
+        if _valid(loss, glob, kt_on, yb, i):
             top = max(top, -glob[L0 + i])
     if loss == LOGISTIC:
         mp, sp, mn, sn = -math.inf, 0.0, -math.inf, 0.0
         for i in range(N_BASES + 1):
-            if i == 2 and not kt_on:
+            if not _valid(loss, glob, kt_on, yb, i):
                 continue
             z = yb[i, 0] if i < N_BASES else 0.0
             a = top - glob[L0 + i]  # ln π_i up to a constant, ≤ 0
@@ -113,7 +132,7 @@ def mix_scores(loss, glob, kt_on, yb, out):
     for c in range(n_out):
         m, s = -math.inf, 0.0
         for i in range(N_BASES + 1):
-            if i == 2 and not kt_on:
+            if not _valid(loss, glob, kt_on, yb, i):
                 continue
             a = top - glob[L0 + i]
             if i < N_BASES:
@@ -131,7 +150,7 @@ def mix_scores(loss, glob, kt_on, yb, out):
     # ln of them, so normalise by the prior's total.
     m, s = -math.inf, 0.0
     for i in range(N_BASES + 1):
-        if i != 2 or kt_on:
+        if _valid(loss, glob, kt_on, yb, i):
             m, s = _lse_add(m, s, top - glob[L0 + i])
     norm = m + math.log(s)
     for c in range(n_out):
@@ -147,7 +166,14 @@ def _combine(loss, loss_prm, glob, kt_on, yb, ex, y, iw, fb, ymix, tmp, zero):
         if b == 2 and not kt_on:
             fb[b, :] = 0.0
             continue
-        glob[L0 + b] += iw * loss_grad_into(loss, loss_prm, y, yb[b], fb[b])
+        value_b = loss_grad_into(loss, loss_prm, y, yb[b], fb[b])
+        if not _valid(loss, glob, kt_on, yb, b) or not value_b < math.inf:
+            # Out of the mixture for good, and frozen: a finite mark, as
+            # saved states must hold finite scalars.
+            glob[L0 + b] = DEAD
+            fb[b, :] = 0.0
+            continue
+        glob[L0 + b] += iw * value_b
         for k in range(fb.shape[1]):
             fb[b, k] *= iw
     glob[L0 + ZERO] += iw * loss_grad_into(loss, loss_prm, y, zero, tmp)
