@@ -184,8 +184,8 @@ def _combine(loss, loss_prm, glob, kt_on, yb, ex, y, iw, fb, ymix, tmp, zero):
 
 # -- per coordinate -------------------------------------------------------------
 @inline
-def _weigh(prm, kprm, glob, P2, P1, PK, PH, Q, QK, j, x, t, learning, kt_on, W2, W1, WK, WH, slot, yb, ex):
-    for k in range(P2.shape[1]):
+def _weigh(prm, kprm, glob, P2, P1, PK, PH, Q, QK, j, x, t, learning, kt_on, W2, W1, WK, WH, slot, yb, ex, n_out):
+    for k in range(n_out):
         w = SC.weight(SCINOL2, prm, P2, Q, j, k, x, t)
         W2[slot, k] = w
         yb[0, k] += x * w
@@ -217,8 +217,10 @@ def _col(indices, p, start, dense):
 
 
 @inline
-def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning, kt_on, yb, ex, W):
-    """The bases' scores for one row; W[b, slot] their weights."""
+def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning, kt_on, yb, ex, W, n_out):
+    """The bases' scores for one row; W[b, slot] their weights. (n_out is
+    P.shape[1], passed so a single-output caller makes it a constant: the
+    loops over k then fold away, several times faster.)"""
     P2, P1, PK, PH = P[:, :, 0:3], P[:, :, 3:6], P[:, :, 6:8], P[:, :, 8:9]
     QK = Q[:, 1:2]
     W2, W1, WK, WH = W[0], W[1], W[2], W[3]
@@ -226,22 +228,21 @@ def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning
     ex[1] = 0.0
     t = glob[0] + 1.0
     if bias:
-        _weigh(prm, kprm, glob, P2, P1, PK, PH, Q, QK, 0, 1.0, t, learning, kt_on, W2, W1, WK, WH, 0, yb, ex)
+        _weigh(prm, kprm, glob, P2, P1, PK, PH, Q, QK, 0, 1.0, t, learning, kt_on, W2, W1, WK, WH, 0, yb, ex, n_out)
     for p in range(start, end):
         x = data[p]
         if x != 0.0:
             j = _col(indices, p, start, dense) + bias
             _weigh(prm, kprm, glob, P2, P1, PK, PH, Q, QK, j, x, t, learning, kt_on, W2, W1, WK, WH,
-                   p - start + bias, yb, ex)
+                   p - start + bias, yb, ex, n_out)
 
 
 @inline
-def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, kt_on, fb, W):
+def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, kt_on, fb, W, n_out):
     P2, P1, PK, PH = P[:, :, 0:3], P[:, :, 3:6], P[:, :, 6:8], P[:, :, 8:9]
     QK = Q[:, 1:2]
     W2, W1, WK, WH = W[0], W[1], W[2], W[3]
     F2, F1, FK, FH = fb[0], fb[1], fb[2], fb[3]
-    n_out = P.shape[1]
     t = glob[0]
     if bias:
         _learn(prm, glob, P2, P1, PK, PH, Q, QK, 0, 1.0, t, kt_on, F2, F1, FK, FH, W2, W1, WK, WH, 0, n_out)
@@ -254,11 +255,8 @@ def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, kt_on, fb, W
 
 
 # -- entry points ------------------------------------------------------------------
-@jit
-def learn_rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
-    """As :mod:`learners.kernels`' batch kernels: scores[i] is the mixture's
-    score before learning from row i, losses[i] its loss (NaN unlabelled)."""
-    n_out = P.shape[1]
+@inline
+def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, n_out):
     kt_on = prm[3] != 0.0
     kprm = prm[1:3]
     longest = 0
@@ -272,7 +270,7 @@ def learn_rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss,
     for i in range(indptr.shape[0] - 1):
         start, end = indptr[i], indptr[i + 1]
         learning = not math.isnan(y[i])
-        _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning, kt_on, yb, ex, W)
+        _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning, kt_on, yb, ex, W, n_out)
         weight_i = iw[i] if iw.shape[0] else 1.0
         if not learning or weight_i == 0.0:
             mix_scores(loss, glob, kt_on, yb, ymix)
@@ -281,13 +279,24 @@ def learn_rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss,
             continue
         losses[i] = _combine(loss, loss_prm, glob, kt_on, yb, ex, y[i], weight_i, fb, ymix, tmp, zero)
         scores[i, :] = ymix
-        _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, kt_on, fb, W)
+        _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, kt_on, fb, W, n_out)
+
+
+@jit
+def learn_rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    """As :mod:`learners.kernels`' batch kernels: scores[i] is the mixture's
+    score before learning from row i, losses[i] its loss (NaN unlabelled)."""
+    if P.shape[1] == 1:
+        _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, 1)
+    else:
+        _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses,
+              P.shape[1])
 
 
 @jit
 def predict_row(prm, glob, P, Q, indices, data, bias, learning, yb, ex, W):
     _row(prm, prm[1:3], glob, P, Q, indices, data, 0, indices.shape[0], False, bias, learning, prm[3] != 0.0,
-         yb, ex, W)
+         yb, ex, W, P.shape[1])
 
 
 @jit
@@ -308,7 +317,7 @@ def scores_only(prm, glob, yb, y, loss, loss_prm, ymix):
 
 @jit
 def update_row(prm, glob, P, Q, indices, data, bias, fb, W):
-    _apply(prm, glob, P, Q, indices, data, 0, indices.shape[0], False, bias, prm[3] != 0.0, fb, W)
+    _apply(prm, glob, P, Q, indices, data, 0, indices.shape[0], False, bias, prm[3] != 0.0, fb, W, P.shape[1])
 
 
 @jit
