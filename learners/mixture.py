@@ -74,7 +74,16 @@ COORD_FIELDS = ("M", "s2")
 GLOBALS = ("t", "dim", *(f"L_{e}" for e in EXPERTS))
 L0 = 2  # glob[L0 + i] is expert i's cumulative weighted loss
 DEAD = 1e300  # L_i of an expert whose loss was ∞ or NaN: weight 0 from then on
-PARAMS = {"eps": 1.0, "alpha": 1.5, "wealth": 1.0, "kt": 1.0}
+PARAMS = {"eps": 1.0, "alpha": 1.5, "wealth": 1.0, "kt": 1.0, "scinol1": 1.0, "kotlowski1": 1.0}
+"""ε of both ScInOLs, Kotłowski's α, KT's initial wealth (the bases' own
+defaults); then 1/0: whether KT, ScInOL1, Kotłowski's Alg. 1 take part."""
+
+
+@jit
+def flags(prm):
+    """Which linear bases run: ScInOL2 always; ScInOL1, KT, Kotłowski as
+    their parameters say (prm[4], prm[3], prm[5])."""
+    return np.array([True, prm[4] != 0.0, prm[3] != 0.0, prm[5] != 0.0])
 
 
 # -- the mixture ----------------------------------------------------------------
@@ -94,14 +103,14 @@ def _softplus(z):
 
 
 @inline
-def _valid(loss, glob, kt_on, yb, i):
+def _valid(loss, glob, on, yb, i):
     """Expert i takes part: KT only if on; not after a loss of ∞ or NaN (its
     weight is 0: e.g. Kotłowski's exp potential overflowed under huge
     importance weights); not while its score is NaN (∞ too, for softmax).
     The zero predictor always takes part, so the mixture stays finite."""
     if i == ZERO:
         return True
-    if (i == 2 and not kt_on) or not glob[L0 + i] < DEAD:
+    if not on[i] or not glob[L0 + i] < DEAD:
         return False
     for k in range(yb.shape[1]):
         if math.isnan(yb[i, k]) or (loss != LOGISTIC and math.isinf(yb[i, k])):
@@ -110,16 +119,16 @@ def _valid(loss, glob, kt_on, yb, i):
 
 
 @jit
-def mix_scores(loss, glob, kt_on, yb, out):
+def mix_scores(loss, glob, on, yb, out):
     """The mixture's scores from the bases' (yb, (4, K)) and the L_i."""
     top = -glob[L0 + ZERO]
     for i in range(N_BASES):
-        if _valid(loss, glob, kt_on, yb, i):
+        if _valid(loss, glob, on, yb, i):
             top = max(top, -glob[L0 + i])
     if loss == LOGISTIC:
         mp, sp, mn, sn = -math.inf, 0.0, -math.inf, 0.0
         for i in range(N_BASES + 1):
-            if not _valid(loss, glob, kt_on, yb, i):
+            if not _valid(loss, glob, on, yb, i):
                 continue
             z = yb[i, 0] if i < N_BASES else 0.0
             a = top - glob[L0 + i]  # ln π_i up to a constant, ≤ 0
@@ -132,7 +141,7 @@ def mix_scores(loss, glob, kt_on, yb, out):
     for c in range(n_out):
         m, s = -math.inf, 0.0
         for i in range(N_BASES + 1):
-            if not _valid(loss, glob, kt_on, yb, i):
+            if not _valid(loss, glob, on, yb, i):
                 continue
             a = top - glob[L0 + i]
             if i < N_BASES:
@@ -150,7 +159,7 @@ def mix_scores(loss, glob, kt_on, yb, out):
     # ln of them, so normalise by the prior's total.
     m, s = -math.inf, 0.0
     for i in range(N_BASES + 1):
-        if _valid(loss, glob, kt_on, yb, i):
+        if _valid(loss, glob, on, yb, i):
             m, s = _lse_add(m, s, top - glob[L0 + i])
     norm = m + math.log(s)
     for c in range(n_out):
@@ -158,16 +167,16 @@ def mix_scores(loss, glob, kt_on, yb, out):
 
 
 @inline
-def _combine(loss, loss_prm, glob, kt_on, yb, ex, y, iw, fb, ymix, tmp, zero):
+def _combine(loss, loss_prm, glob, on, yb, ex, y, iw, fb, ymix, tmp, zero):
     """ℓ(y, mixture), each base's g (times iw) into fb[b], L_i += iw ℓ_i."""
-    mix_scores(loss, glob, kt_on, yb, ymix)
+    mix_scores(loss, glob, on, yb, ymix)
     value = loss_grad_into(loss, loss_prm, y, ymix, tmp)
     for b in range(N_BASES):
-        if b == 2 and not kt_on:
+        if not on[b]:
             fb[b, :] = 0.0
             continue
         value_b = loss_grad_into(loss, loss_prm, y, yb[b], fb[b])
-        if not _valid(loss, glob, kt_on, yb, b) or not value_b < math.inf:
+        if not _valid(loss, glob, on, yb, b) or not value_b < math.inf:
             # Out of the mixture for good, and frozen: a finite mark, as
             # saved states must hold finite scalars.
             glob[L0 + b] = DEAD
@@ -243,23 +252,26 @@ def _update_pass(b, prm, glob, Pb, Qb, indices, data, start, end, dense, bias, t
 
 
 @inline
-def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning, kt_on, yb, ex, W, n_out):
+def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning, on, yb, ex, W, n_out):
     """The bases' scores for one row; W[b, slot] their weights. (n_out is
     P.shape[1], passed so a single-output caller makes it a constant: the
     loops over k then fold away, several times faster.)"""
     t = glob[0] + 1.0
     QK = Q[:, 1:2]
+    for b in range(N_BASES):
+        if not on[b]:
+            yb[b, :] = 0.0
     _score_pass(0, prm, kprm, glob, P[:, :, 0:3], Q, indices, data, start, end, dense, bias, t, learning, W[0], yb,
                 n_out)
-    _score_pass(1, prm, kprm, glob, P[:, :, 3:6], Q, indices, data, start, end, dense, bias, t, learning, W[1], yb,
-                n_out)
-    if kt_on:
+    if on[1]:
+        _score_pass(1, prm, kprm, glob, P[:, :, 3:6], Q, indices, data, start, end, dense, bias, t, learning, W[1],
+                    yb, n_out)
+    if on[2]:
         _score_pass(2, prm, kprm, glob, P[:, :, 6:8], Q, indices, data, start, end, dense, bias, t, learning, W[2],
                     yb, n_out)
-    else:
-        yb[2, :] = 0.0
-    _score_pass(3, prm, kprm, glob, P[:, :, 8:9], QK, indices, data, start, end, dense, bias, t, learning, W[3], yb,
-                n_out)
+    if on[3]:
+        _score_pass(3, prm, kprm, glob, P[:, :, 8:9], QK, indices, data, start, end, dense, bias, t, learning, W[3],
+                    yb, n_out)
     ex[1] = 0.0  # Kotłowski's count of coordinates never seen before
     if bias:
         KO.extras(QK, 0, ex)
@@ -269,19 +281,21 @@ def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning
 
 
 @inline
-def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, kt_on, fb, W, n_out):
+def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n_out):
     t = glob[0]
     _update_pass(0, prm, glob, P[:, :, 0:3], Q, indices, data, start, end, dense, bias, t, fb[0], W[0], n_out)
-    _update_pass(1, prm, glob, P[:, :, 3:6], Q, indices, data, start, end, dense, bias, t, fb[1], W[1], n_out)
-    if kt_on:
+    if on[1]:
+        _update_pass(1, prm, glob, P[:, :, 3:6], Q, indices, data, start, end, dense, bias, t, fb[1], W[1], n_out)
+    if on[2]:
         _update_pass(2, prm, glob, P[:, :, 6:8], Q, indices, data, start, end, dense, bias, t, fb[2], W[2], n_out)
-    _update_pass(3, prm, glob, P[:, :, 8:9], Q[:, 1:2], indices, data, start, end, dense, bias, t, fb[3], W[3],
-                 n_out)
+    if on[3]:
+        _update_pass(3, prm, glob, P[:, :, 8:9], Q[:, 1:2], indices, data, start, end, dense, bias, t, fb[3], W[3],
+                     n_out)
 
 
 @inline
 def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, n_out):
-    kt_on = prm[3] != 0.0
+    on = flags(prm)
     kprm = prm[1:3]
     longest = 0
     for i in range(indptr.shape[0] - 1):
@@ -294,16 +308,16 @@ def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss
     for i in range(indptr.shape[0] - 1):
         start, end = indptr[i], indptr[i + 1]
         learning = not math.isnan(y[i])
-        _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning, kt_on, yb, ex, W, n_out)
+        _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning, on, yb, ex, W, n_out)
         weight_i = iw[i] if iw.shape[0] else 1.0
         if not learning or weight_i == 0.0:
-            mix_scores(loss, glob, kt_on, yb, ymix)
+            mix_scores(loss, glob, on, yb, ymix)
             scores[i, :] = ymix
             losses[i] = math.nan if not learning else loss_grad_into(loss, loss_prm, y[i], ymix, tmp)
             continue
-        losses[i] = _combine(loss, loss_prm, glob, kt_on, yb, ex, y[i], weight_i, fb, ymix, tmp, zero)
+        losses[i] = _combine(loss, loss_prm, glob, on, yb, ex, y[i], weight_i, fb, ymix, tmp, zero)
         scores[i, :] = ymix
-        _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, kt_on, fb, W, n_out)
+        _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n_out)
 
 
 @jit
@@ -319,21 +333,21 @@ def learn_rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss,
 
 @jit
 def predict_row(prm, glob, P, Q, indices, data, bias, learning, yb, ex, W):
-    _row(prm, prm[1:3], glob, P, Q, indices, data, 0, indices.shape[0], False, bias, learning, prm[3] != 0.0,
+    _row(prm, prm[1:3], glob, P, Q, indices, data, 0, indices.shape[0], False, bias, learning, flags(prm),
          yb, ex, W, P.shape[1])
 
 
 @jit
 def combine_row(prm, glob, yb, ex, y, iw, loss, loss_prm, fb, ymix):
     n_out = yb.shape[1]
-    return _combine(loss, loss_prm, glob, prm[3] != 0.0, yb, ex, y, iw, fb, ymix, np.empty(n_out),
+    return _combine(loss, loss_prm, glob, flags(prm), yb, ex, y, iw, fb, ymix, np.empty(n_out),
                     np.zeros(n_out))
 
 
 @jit
 def scores_only(prm, glob, yb, y, loss, loss_prm, ymix):
     """The mixture's score, and its loss (NaN for y NaN), changing nothing."""
-    mix_scores(loss, glob, prm[3] != 0.0, yb, ymix)
+    mix_scores(loss, glob, flags(prm), yb, ymix)
     if math.isnan(y):
         return math.nan
     return loss_grad_into(loss, loss_prm, y, ymix, np.empty(ymix.shape[0]))
@@ -341,7 +355,7 @@ def scores_only(prm, glob, yb, y, loss, loss_prm, ymix):
 
 @jit
 def update_row(prm, glob, P, Q, indices, data, bias, fb, W):
-    _apply(prm, glob, P, Q, indices, data, 0, indices.shape[0], False, bias, prm[3] != 0.0, fb, W, P.shape[1])
+    _apply(prm, glob, P, Q, indices, data, 0, indices.shape[0], False, bias, flags(prm), fb, W, P.shape[1])
 
 
 @jit
@@ -350,13 +364,16 @@ def base_weights(prm, glob, P, Q):
     n, n_out = P.shape[0], P.shape[1]
     out = np.zeros((N_BASES, n, n_out))
     t = glob[0] + 1.0
+    on = flags(prm)
     for j in range(n):
         for k in range(n_out):
             out[0, j, k] = SC.weight(SCINOL2, prm, P[:, :, 0:3], Q, j, k, 0.0, t)
-            out[1, j, k] = SC.weight(SCINOL1, prm, P[:, :, 3:6], Q, j, k, 0.0, t)
-            if prm[3] != 0.0:
+            if on[1]:
+                out[1, j, k] = SC.weight(SCINOL1, prm, P[:, :, 3:6], Q, j, k, 0.0, t)
+            if on[2]:
                 out[2, j, k] = KT.weight(KT_COORD, prm, glob, P[:, :, 6:8], j, k, t, False)
-            out[3, j, k] = KO.weight(prm[1:3], glob, P[:, :, 8:9], Q[:, 1:2], j, k, 0.0, t)
+            if on[3]:
+                out[3, j, k] = KO.weight(prm[1:3], glob, P[:, :, 8:9], Q[:, 1:2], j, k, 0.0, t)
     return out
 
 

@@ -16,6 +16,8 @@ _CHECKS = {
     "alpha": (lambda v: v > 9 / 8, "greater than 9/8"),
     "wealth": (lambda v: v > 0, "a positive number"),
     "kt": (lambda v: v in (0.0, 1.0), "0 or 1"),
+    "scinol1": (lambda v: v in (0.0, 1.0), "0 or 1"),
+    "kotlowski1": (lambda v: v in (0.0, 1.0), "0 or 1"),
 }
 
 
@@ -23,8 +25,9 @@ class Mixture:
     """ScInOL2, ScInOL1, KT per coordinate, Kotłowski's Alg. 1 and the zero
     predictor, mixed as a Bayes mixture of their probabilities. ``eps`` is
     ScInOL's ε, ``alpha`` Kotłowski's α, ``wealth`` KT's initial wealth (all
-    at the bases' defaults); ``kt=0`` leaves KT out (then every expert is
-    scale-invariant, and so is the mixture)."""
+    at the bases' defaults); ``kt=0``, ``scinol1=0``, ``kotlowski1=0`` leave
+    that base out (fewer experts: less cost, and ln N less regret). Without
+    KT every expert is scale-invariant, and so is the mixture."""
 
     name = "scinol-mix"
     summary = "Bayes mixture of ScInOL2, ScInOL1, KT, Kotłowski Alg. 1 and zero (logistic/softmax)"
@@ -48,8 +51,10 @@ class Mixture:
             values[name] = value
         self.params = values
         self.scale_invariant = values["kt"] == 0.0
-        # prm = (ε, α, Kotłowski's dim = 0: auto, kt on/off); KT's wealth is only an initial value.
-        self._prm = np.array([values["eps"], values["alpha"], 0.0, values["kt"]])
+        # prm = (ε, α, Kotłowski's dim = 0: auto, KT, ScInOL1, Kotłowski on/off); KT's wealth is only
+        # an initial value.
+        self._prm = np.array([values["eps"], values["alpha"], 0.0, values["kt"], values["scinol1"],
+                              values["kotlowski1"]])
 
     def check_loss(self, loss: str) -> None:
         if loss not in ("logistic", "softmax"):
@@ -126,9 +131,8 @@ class Mixture:
     def expert_weights(self, state) -> np.ndarray:
         """π_i, the current posterior weight of each expert (:data:`EXPERTS` order)."""
         L = np.array([state.scalars[f"L_{e}"] for e in MX.EXPERTS])
-        a = -(L - L.min())
-        if self.params["kt"] == 0.0:
-            a[2] = -np.inf
+        on = np.append(MX.flags(self._prm), True)  # the zero predictor always takes part
+        a = np.where(on, -(L - L[on].min()), -np.inf)
         p = np.exp(a)
         return p / p.sum()
 

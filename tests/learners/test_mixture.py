@@ -124,3 +124,28 @@ def test_only_log_losses_and_the_weights_of_the_linear_bases():
         b.learn(X, y)
     want = sum(p * b.weights() for p, b in zip(pi, per_base))
     np.testing.assert_allclose(learner.weights(), want, rtol=1e-12, atol=1e-300)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "softmax"])
+@pytest.mark.parametrize("off", [("scinol1", "kotlowski1"), ("kt", "scinol1", "kotlowski1"), ("kt",)])
+def test_bases_left_out_match_the_reference_and_shrink_n(loss, off):
+    from tests.learners.test_contract import data, reference_scores
+    from tests.reference import make_reference
+    from tests.support.compare import assert_scores_match
+
+    params = {name: 0.0 for name in off}
+    rng, X, y = data(21, loss, n=120, d=6, log10_scale=(-1.0, 1.0))
+    K = 3 if loss == "softmax" else 1
+    ref = make_reference("scinol-mix", X.shape[1] + 1, loss, K, **params)
+    rows = [ref.step([1.0] + x.tolist(), float(label)) for x, label in zip(X, y)]
+    want = np.array([r[0] for r in rows]).reshape(len(rows), K)
+    scale = np.array([r[1] for r in rows]).reshape(len(rows), K)
+    learner = mix(loss, **params)
+    got, losses = learner.learn(to_csr(X, rng), y, return_losses=True)
+    assert_scores_match(got, want[:, 0] if K == 1 else want, scale[:, 0] if K == 1 else scale, 1e-12)
+    names = {"kt": "kt-coord"}
+    left = [e for e in EXPERTS if e not in {names.get(o, o) for o in off}]
+    L = np.array([learner.state.scalars[f"L_{e}"] for e in left])
+    assert losses.sum() == pytest.approx(-(np.logaddexp.reduce(-L) - math.log(len(left))), rel=1e-10)
+    pi = learner.algorithm.expert_weights(learner.state)
+    assert pi.sum() == pytest.approx(1.0) and all(pi[EXPERTS.index(names.get(o, o))] == 0.0 for o in off)

@@ -62,11 +62,11 @@ class Kotlowski1K:
 
 class ReferenceMix:
     def __init__(self, d: int, loss: str, n_outputs: int = 1, eps: float = 1.0, alpha: float = 1.5,
-                 wealth: float = 1.0, kt: float = 1.0):
+                 wealth: float = 1.0, kt: float = 1.0, scinol1: float = 1.0, kotlowski1: float = 1.0):
         self.loss, self.K = loss, n_outputs
         self.bases = [ReferenceScInOL(2, d, n_outputs, eps), ReferenceScInOL(1, d, n_outputs, eps),
                       ReferenceKT("coord", d, n_outputs, wealth), Kotlowski1K(d, n_outputs, alpha)]
-        self.on = [True, True, kt != 0.0, True, True]  # the last is the zero predictor
+        self.on = [True, scinol1 != 0.0, kt != 0.0, kotlowski1 != 0.0, True]  # the last is the zero predictor
         self.L = [0.0] * 5
 
     def posterior(self) -> list[float]:
