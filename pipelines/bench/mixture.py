@@ -31,13 +31,15 @@ from pipelines.bench.kernel_speed import batches, sparse_examples
 from pipelines.bench.metrics import capped, score_losses, score_predictions
 from pipelines.bench.multi_epoch import epoch_order, load_dataset
 
-OURS = (("ScInOL2", "scinol2", {}), ("scinol-mix", "scinol-mix", {}), ("scinol-mix kt=0", "scinol-mix", {"kt": 0.0}))
+OURS = (("ScInOL2", "scinol2", {}), ("scinol-mix", "scinol-mix", {}), ("scinol-mix kt=0", "scinol-mix", {"kt": 0.0}),
+        ("scinol-mix ScInOL2+zero", "scinol-mix", {"kt": 0.0, "scinol1": 0.0, "kotlowski1": 0.0}))
+MIXES = [(label, params) for label, algo, params in OURS if algo == "scinol-mix"]
 COMPETITORS = (("VW default", "vw", "default"), ("VW --coin", "vw", "coin"), ("River default", "river", "default"),
                ("River StandardScaler", "river", "scaled"))
 
 
-def _kernel_seconds(name, parts, y, n_coords) -> float:
-    algo = make_algorithm(name)
+def _kernel_seconds(name, parts, y, n_coords, params=None) -> float:
+    algo = make_algorithm(name, **(params or {}))
     state = algo.init_state(n_coords, 1)
     scores, losses = np.empty((len(y), 1)), np.empty(len(y))
     none_i, none_w = np.empty(0, dtype=np.int64), np.empty(0)
@@ -61,17 +63,22 @@ def _kernel_seconds(name, parts, y, n_coords) -> float:
 
 
 def cost(rows: int, sparse_rows: int, repeats: int) -> list[tuple]:
+    """(data, rows, scinol2 seconds, {mixture label: seconds}); the runs
+    interleave, best of ``repeats`` each, so a busy machine slows all alike."""
     Xd, yd = toy_examples(rows, seed=0)
     Xs, ys = sparse_examples(sparse_rows)
     out = []
     for kind, X, y, n_coords, n in (("dense", Xd, yd, Xd.shape[1] + 1, rows),
                                     ("sparse", Xs, ys, 2**20 + 1, sparse_rows)):
         parts = batches(X, n)
-        for name in ("scinol2", "scinol-mix"):
-            _kernel_seconds(name, batches(X, 1000)[:1], y[:1000], n_coords)  # compile or load
-        best = {name: min(_kernel_seconds(name, parts, y, n_coords) for _ in range(repeats))
-                for name in ("scinol2", "scinol-mix")}
-        out.append((kind, n, best["scinol2"], best["scinol-mix"]))
+        runs = [("scinol2", "scinol2", None)] + [(label, "scinol-mix", params) for label, params in MIXES]
+        for _, name, params in runs:  # compile or load
+            _kernel_seconds(name, batches(X, 1000)[:1], y[:1000], n_coords, params)
+        best = {label: math.inf for label, _, _ in runs}
+        for _ in range(repeats):
+            for label, name, params in runs:
+                best[label] = min(best[label], _kernel_seconds(name, parts, y, n_coords, params))
+        out.append((kind, n, best.pop("scinol2"), best))
     return out
 
 
@@ -123,9 +130,11 @@ def main(argv=None) -> int:
     say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     t0 = time.perf_counter()
     if not args.skip_cost:
-        print("| data | rows | scinol2 kernel ns/row | scinol-mix kernel ns/row | ratio |\n|---|---|---|---|---|")
-        for kind, n, s2, mix in cost(args.rows, args.sparse_rows, args.repeats):
-            print(f"| {kind} | {n:,} | {s2 * 1e9 / n:.0f} | {mix * 1e9 / n:.0f} | {mix / s2:.2f} |")
+        print("| data | rows | kernel | ns/row | × scinol2 |\n|---|---|---|---|---|")
+        for kind, n, s2, mixes in cost(args.rows, args.sparse_rows, args.repeats):
+            print(f"| {kind} | {n:,} | scinol2 | {s2 * 1e9 / n:.0f} | 1.00 |")
+            for label, sec in mixes.items():
+                print(f"| {kind} | {n:,} | {label} | {sec * 1e9 / n:.0f} | {sec / s2:.2f} |")
         print()
     refs = [("bundled", n) for n in args.datasets.split(",") if n]
     if args.paper_data:
