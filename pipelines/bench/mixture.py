@@ -72,8 +72,9 @@ def cost(rows: int, sparse_rows: int, repeats: int) -> list[tuple]:
                                     ("sparse", Xs, ys, 2**20 + 1, sparse_rows)):
         parts = batches(X, n)
         runs = [("scinol2", "scinol2", None)] + [(label, "scinol-mix", params) for label, params in MIXES]
+        warm = min(1000, n)
         for _, name, params in runs:  # compile or load
-            _kernel_seconds(name, batches(X, 1000)[:1], y[:1000], n_coords, params)
+            _kernel_seconds(name, batches(X, warm)[:1], y[:warm], n_coords, params)
         best = {label: math.inf for label, _, _ in runs}
         for _ in range(repeats):
             for label, name, params in runs:
