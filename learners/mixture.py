@@ -71,12 +71,20 @@ EXPERTS = (*BASES, "zero")
 N_BASES, ZERO = 4, 4
 FIELDS = ("G_2", "S2_2", "eta", "G_1", "S2_1", "beta", "theta", "wealth", "h")
 COORD_FIELDS = ("M", "s2")
-GLOBALS = ("t", "dim", *(f"L_{e}" for e in EXPERTS))
+GLOBALS = ("t", "dim", *(f"L_{e}" for e in EXPERTS), "H", "C")
+AVG_FIELDS = ("avg_2", "avg_1", "avg_kt", "avg_h")
+"""With average=1: Σ of each base's iterates up to the coordinate's last update."""
+AVG_COORD_FIELDS = ("last_t", "last_H", "last_C")
+"""With average=1: t, H and C when the coordinate was last updated."""
 L0 = 2  # glob[L0 + i] is expert i's cumulative weighted loss
+H, C = L0 + N_BASES + 1, L0 + N_BASES + 2  # glob[H] = Σ_{s≤t} 1/s (KT's w ∝ 1/s), glob[C] = Σ 1/(s d_s)
+A0, LAST = 9, 2  # P[j, k, A0 + b]: base b's sum; Q[j, LAST + 0, 1, 2]: last t, H, C
 DEAD = 1e300  # L_i of an expert whose loss was ∞ or NaN: weight 0 from then on
-PARAMS = {"eps": 1.0, "alpha": 1.5, "wealth": 1.0, "kt": 1.0, "scinol1": 1.0, "kotlowski1": 1.0}
+PARAMS = {"eps": 1.0, "alpha": 1.5, "wealth": 1.0, "kt": 1.0, "scinol1": 1.0, "kotlowski1": 1.0, "average": 0.0}
 """ε of both ScInOLs, Kotłowski's α, KT's initial wealth (the bases' own
-defaults); then 1/0: whether KT, ScInOL1, Kotłowski's Alg. 1 take part."""
+defaults); then 1/0: whether KT, ScInOL1, Kotłowski's Alg. 1 take part;
+``average`` 1: unlabelled rows are scored with each base's averaged iterate
+(1/T) Σ_t w_t (online-to-batch conversion), labelled rows as always."""
 
 
 @jit
@@ -187,6 +195,8 @@ def _combine(loss, loss_prm, glob, on, yb, ex, y, iw, fb, ymix, tmp, zero):
             fb[b, k] *= iw
     glob[L0 + ZERO] += iw * loss_grad_into(loss, loss_prm, y, zero, tmp)
     glob[0] += 1.0
+    glob[H] += 1.0 / glob[0]
+    glob[C] += 1.0 / (glob[0] * max(glob[1], 1.0))  # the d trial t was predicted with
     glob[1] += ex[1]  # Kotłowski's d: the coordinates seen so far
     return value
 
@@ -221,20 +231,78 @@ def _update_of(b, prm, glob, Pb, Qb, j, x, t, Fb, Wb, slot, n_out):
 
 
 @inline
-def _score_pass(b, prm, kprm, glob, Pb, Qb, indices, data, start, end, dense, bias, t, learning, Wb, yb, n_out):
+def _rate(b, kprm, glob):
+    """Base b's offline weight at trial s is coef / r_b(s): the sum of the
+    weights over trials is coef times Σ 1/r_b, i.e. t, H or C."""
+    if b <= 1:
+        return glob[0]
+    if b == 2:
+        return glob[H]
+    return glob[C]
+
+
+@inline
+def _coef(b, prm, kprm, glob, Pb, Qb, j, k):
+    """The part of base b's offline weight (x → 0) that changes only when
+    coordinate j learns: the weight itself (ScInOL), θW (KT, w = θW/t),
+    exp(h²/(2α s²)) h/(α s²) (Kotłowski, w = that / (t d))."""
+    if b == 3:
+        d = kprm[1] if kprm[1] > 0.0 else max(glob[1], 1.0)
+        return _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, 0.0, 1.0, False) * d
+    return _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, 0.0, 1.0, False)
+
+
+@inline
+def _averaged_of(b, prm, kprm, glob, P, Q, Pb, Qb, j, k):
+    """(1/T) Σ_{s≤T} w_s of coordinate j: the sum up to its last update plus
+    the current weight over the trials since (online-to-batch conversion)."""
+    if glob[0] == 0.0:
+        return 0.0
+    since = _rate(b, kprm, glob) - Q[j, LAST + (0 if b <= 1 else b - 1)]
+    return (P[j, k, A0 + b] + _coef(b, prm, kprm, glob, Pb, Qb, j, k) * since) / glob[0]
+
+
+@inline
+def _average_coord(prm, kprm, glob, P, Q, j, on, n_out):
+    """Before coordinate j learns: its current weights have been in force
+    since its last update; add them to the sums and mark the trial."""
+    views = (P[:, :, 0:3], P[:, :, 3:6], P[:, :, 6:8], P[:, :, 8:9])
+    for k in range(n_out):
+        P[j, k, A0] += _coef(0, prm, kprm, glob, views[0], Q, j, k) * (glob[0] - Q[j, LAST])
+        if on[1]:
+            P[j, k, A0 + 1] += _coef(1, prm, kprm, glob, views[1], Q, j, k) * (glob[0] - Q[j, LAST])
+        if on[2]:
+            P[j, k, A0 + 2] += _coef(2, prm, kprm, glob, views[2], Q, j, k) * (glob[H] - Q[j, LAST + 1])
+        if on[3]:
+            P[j, k, A0 + 3] += _coef(3, prm, kprm, glob, views[3], Q[:, 1:2], j, k) * (glob[C] - Q[j, LAST + 2])
+    Q[j, LAST] = glob[0]
+    Q[j, LAST + 1] = glob[H]
+    Q[j, LAST + 2] = glob[C]
+
+
+@inline
+def _score_pass(b, prm, kprm, glob, P, Q, Pb, Qb, indices, data, start, end, dense, bias, t, learning, averaged, Wb,
+                yb, n_out):
     """Base b's scores over the row: one base per pass, each with a scalar
     accumulator, as the standalone kernels run (one loop calling all four
     bases per coordinate ran at twice the sum of the four kernels' times)."""
     for k in range(n_out):
         acc = 0.0
         if bias:
-            w = _weight_of(b, prm, kprm, glob, Pb, Qb, 0, k, 1.0, t, learning)
+            if averaged:
+                w = _averaged_of(b, prm, kprm, glob, P, Q, Pb, Qb, 0, k)
+            else:
+                w = _weight_of(b, prm, kprm, glob, Pb, Qb, 0, k, 1.0, t, learning)
             Wb[0, k] = w
             acc += w
         for p in range(start, end):
             x = data[p]
             if x != 0.0:
-                w = _weight_of(b, prm, kprm, glob, Pb, Qb, _col(indices, p, start, dense) + bias, k, x, t, learning)
+                j = _col(indices, p, start, dense) + bias
+                if averaged:
+                    w = _averaged_of(b, prm, kprm, glob, P, Q, Pb, Qb, j, k)
+                else:
+                    w = _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, x, t, learning)
                 Wb[p - start + bias, k] = w
                 acc += x * w
         yb[b, k] = acc
@@ -253,6 +321,9 @@ def _update_pass(b, prm, glob, Pb, Qb, indices, data, start, end, dense, bias, t
 
 @inline
 def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning, on, yb, ex, W, n_out):
+    # average=1: unlabelled rows (test time) are scored with the averaged
+    # iterates; labelled rows, hence the progressive metrics, stay online.
+    averaged = prm[6] != 0.0 and not learning
     """The bases' scores for one row; W[b, slot] their weights. (n_out is
     P.shape[1], passed so a single-output caller makes it a constant: the
     loops over k then fold away, several times faster.)"""
@@ -261,16 +332,20 @@ def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning
     for b in range(N_BASES):
         if not on[b]:
             yb[b, :] = 0.0
-    _score_pass(0, prm, kprm, glob, P[:, :, 0:3], Q, indices, data, start, end, dense, bias, t, learning, W[0], yb,
+    _score_pass(0, prm, kprm, glob, P, Q, P[:, :, 0:3], Q, indices, data, start, end, dense, bias, t, learning,
+                    averaged, W[0], yb,
                 n_out)
     if on[1]:
-        _score_pass(1, prm, kprm, glob, P[:, :, 3:6], Q, indices, data, start, end, dense, bias, t, learning, W[1],
+        _score_pass(1, prm, kprm, glob, P, Q, P[:, :, 3:6], Q, indices, data, start, end, dense, bias, t, learning,
+                    averaged, W[1],
                     yb, n_out)
     if on[2]:
-        _score_pass(2, prm, kprm, glob, P[:, :, 6:8], Q, indices, data, start, end, dense, bias, t, learning, W[2],
+        _score_pass(2, prm, kprm, glob, P, Q, P[:, :, 6:8], Q, indices, data, start, end, dense, bias, t, learning,
+                    averaged, W[2],
                     yb, n_out)
     if on[3]:
-        _score_pass(3, prm, kprm, glob, P[:, :, 8:9], QK, indices, data, start, end, dense, bias, t, learning, W[3],
+        _score_pass(3, prm, kprm, glob, P, Q, P[:, :, 8:9], QK, indices, data, start, end, dense, bias, t, learning,
+                    averaged, W[3],
                     yb, n_out)
     ex[1] = 0.0  # Kotłowski's count of coordinates never seen before
     if bias:
@@ -283,6 +358,13 @@ def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning
 @inline
 def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n_out):
     t = glob[0]
+    if prm[6] != 0.0:
+        kprm = prm[1:3]
+        if bias:
+            _average_coord(prm, kprm, glob, P, Q, 0, on, n_out)
+        for p in range(start, end):
+            if data[p] != 0.0:
+                _average_coord(prm, kprm, glob, P, Q, _col(indices, p, start, dense) + bias, on, n_out)
     _update_pass(0, prm, glob, P[:, :, 0:3], Q, indices, data, start, end, dense, bias, t, fb[0], W[0], n_out)
     if on[1]:
         _update_pass(1, prm, glob, P[:, :, 3:6], Q, indices, data, start, end, dense, bias, t, fb[1], W[1], n_out)

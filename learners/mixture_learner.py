@@ -18,6 +18,7 @@ _CHECKS = {
     "kt": (lambda v: v in (0.0, 1.0), "0 or 1"),
     "scinol1": (lambda v: v in (0.0, 1.0), "0 or 1"),
     "kotlowski1": (lambda v: v in (0.0, 1.0), "0 or 1"),
+    "average": (lambda v: v in (0.0, 1.0), "0 or 1"),
 }
 
 
@@ -54,7 +55,7 @@ class Mixture:
         # prm = (ε, α, Kotłowski's dim = 0: auto, KT, ScInOL1, Kotłowski on/off); KT's wealth is only
         # an initial value.
         self._prm = np.array([values["eps"], values["alpha"], 0.0, values["kt"], values["scinol1"],
-                              values["kotlowski1"]])
+                              values["kotlowski1"], values["average"]])
 
     def check_loss(self, loss: str) -> None:
         if loss not in ("logistic", "softmax"):
@@ -63,8 +64,9 @@ class Mixture:
 
     def init_state(self, n_coords: int, n_outputs: int) -> LearnerState:
         init = {"eta": self.params["eps"], "beta": self.params["eps"], "wealth": self.params["wealth"]}
-        fill_p = np.array([init.get(f, 0.0) for f in MX.FIELDS])
-        fill_q = np.zeros(len(MX.COORD_FIELDS))
+        averaged = self.params["average"] != 0.0  # the sums and marks only when asked for
+        fill_p = np.array([init.get(f, 0.0) for f in MX.FIELDS + MX.AVG_FIELDS * averaged])
+        fill_q = np.zeros(len(MX.COORD_FIELDS + MX.AVG_COORD_FIELDS * averaged))
         arrays = {"P": np.broadcast_to(fill_p, (n_coords, n_outputs, len(fill_p))).copy(),
                   "Q": np.broadcast_to(fill_q, (n_coords, len(fill_q))).copy()}
         return LearnerState(arrays, {g: 0.0 for g in MX.GLOBALS}, {"P": fill_p.tolist(), "Q": fill_q.tolist()})

@@ -149,3 +149,52 @@ def test_bases_left_out_match_the_reference_and_shrink_n(loss, off):
     assert losses.sum() == pytest.approx(-(np.logaddexp.reduce(-L) - math.log(len(left))), rel=1e-10)
     pi = learner.algorithm.expert_weights(learner.state)
     assert pi.sum() == pytest.approx(1.0) and all(pi[EXPERTS.index(names.get(o, o))] == 0.0 for o in off)
+
+
+def _reference_run(loss, X, y, **params):
+    from tests.reference import make_reference
+
+    K = 3 if loss == "softmax" else 1
+    ref = make_reference("scinol-mix", X.shape[1] + 1, loss, K, **params)
+    rows = [ref.step([1.0] + x.tolist(), float(label)) for x, label in zip(X, y)]
+    shape = (len(rows), K)
+    return np.array([r[0] for r in rows]).reshape(shape), np.array([r[1] for r in rows]).reshape(shape)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "softmax"])
+@pytest.mark.parametrize("off", [(), ("scinol1", "kotlowski1")])
+def test_averaged_iterates_score_unlabelled_rows_as_the_reference(loss, off):
+    """average=1: an unlabelled row is scored with (1/T) Σ_{t≤T} w_t of each
+    base (the reference keeps every iterate; the kernel sums lazily)."""
+    from tests.learners.test_contract import data
+    from tests.support.compare import assert_scores_match
+
+    params = {"average": 1.0, **{name: 0.0 for name in off}}
+    rng, X, y = data(31, loss, n=150, d=6, log10_scale=(-1.0, 1.0))
+    y[::4] = np.nan
+    y[:3] = np.nan  # before any learning: the mean of no iterates is 0
+    want, scale = _reference_run(loss, X, y, **params)
+    got = mix(loss, **params).learn(to_csr(X, rng), y)
+    K = want.shape[1]
+    assert_scores_match(got, want[:, 0] if K == 1 else want, scale[:, 0] if K == 1 else scale, 1e-10)
+    online = mix(loss, **{name: 0.0 for name in off}).learn(X, y)
+    labelled = ~np.isnan(y)
+    np.testing.assert_array_equal(mix(loss, **params).learn(X, y)[labelled], online[labelled])  # progressive: online
+    assert not np.allclose(got[~labelled][3:], online[~labelled][3:])  # test-time rows do change
+
+
+def test_averaged_mixture_shards_and_checkpoints(tmp_path):
+    from learners import make_algorithm
+    from learners.sharding import ShardedLearner
+
+    X, y = stream(32, "logistic", "random", n=300)
+    y[::5] = np.nan
+    single = mix("logistic", average=1.0)
+    want = single.learn(X, y)
+    sharded = ShardedLearner(make_algorithm("scinol-mix", average=1.0), "logistic", 3)
+    np.testing.assert_allclose(sharded.learn(to_csr(X), y), want, rtol=1e-9, atol=1e-12)
+    head = mix("logistic", average=1.0)
+    head.learn(X[:120], y[:120])
+    head.save(str(tmp_path / "m.scinol"))
+    tail = OnlineLearner.load(str(tmp_path / "m.scinol")).learn(X[120:], y[120:])
+    np.testing.assert_array_equal(tail, want[120:])

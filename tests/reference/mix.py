@@ -34,8 +34,11 @@ class Kotlowski1K:
         self.h = [[0.0] * n_outputs for _ in range(d)]
         self.t = 0
 
-    def step(self, x, y, loss, weight=1.0):
-        t = self.t + 1
+    def offline(self, t):
+        """The weights at trial t for an input that does not grow s² (x → 0)."""
+        return self.weights([0.0] * len(self.s2), t)
+
+    def weights(self, x, t):
         d = max(sum(1 for s in self.s2 if s > 0.0), 1)
         w = [[0.0] * self.K for _ in x]
         for i, xi in enumerate(x):
@@ -45,6 +48,10 @@ class Kotlowski1K:
                 if s2 > 0.0:
                     eta = math.exp((h * h + xi * xi) / (2.0 * self.alpha * s2)) / (self.alpha * t * d)
                     w[i][k] = eta * h / s2
+        return w
+
+    def step(self, x, y, loss, weight=1.0):
+        w = self.weights(x, self.t + 1)
         yhat = [sum(x[i] * w[i][k] for i in range(len(x))) for k in range(self.K)]
         scale = [sum(abs(x[i] * w[i][k]) for i in range(len(x))) for k in range(self.K)]
         if math.isnan(y):
@@ -62,12 +69,23 @@ class Kotlowski1K:
 
 class ReferenceMix:
     def __init__(self, d: int, loss: str, n_outputs: int = 1, eps: float = 1.0, alpha: float = 1.5,
-                 wealth: float = 1.0, kt: float = 1.0, scinol1: float = 1.0, kotlowski1: float = 1.0):
+                 wealth: float = 1.0, kt: float = 1.0, scinol1: float = 1.0, kotlowski1: float = 1.0,
+                 average: float = 0.0):
         self.loss, self.K = loss, n_outputs
         self.bases = [ReferenceScInOL(2, d, n_outputs, eps), ReferenceScInOL(1, d, n_outputs, eps),
                       ReferenceKT("coord", d, n_outputs, wealth), Kotlowski1K(d, n_outputs, alpha)]
         self.on = [True, scinol1 != 0.0, kt != 0.0, kotlowski1 != 0.0, True]  # the last is the zero predictor
         self.L = [0.0] * 5
+        # average=1: Σ_t of each base's weights at every trial learned from
+        # (offline, x → 0), kept in full; unlabelled rows use their mean.
+        self.average, self.T, self.d = average != 0.0, 0, d
+        self.sums = [[[0.0] * n_outputs for _ in range(d)] for _ in range(4)]
+
+    def offline_weights(self, b, t):
+        base = self.bases[b]
+        if b <= 1:
+            return base._weights([0.0] * self.d, t)[0]
+        return base.current(t) if b == 2 else base.offline(t)
 
     def posterior(self) -> list[float]:
         best = min(L for L, on in zip(self.L, self.on) if on)
@@ -88,10 +106,30 @@ class ReferenceMix:
                 mixed[c] += p * math.exp(s[c] - top) / z
         return [math.log(v) for v in mixed]
 
+    def _averaged(self, b, x):
+        """Base b's score with its mean weights (0 before any learning)."""
+        T = max(self.T, 1)
+        w = [[self.sums[b][j][k] / T for k in range(self.K)] for j in range(self.d)]
+        yhat = [sum(x[j] * w[j][k] for j in range(self.d)) for k in range(self.K)]
+        return yhat, [sum(abs(x[j] * w[j][k]) for j in range(self.d)) for k in range(self.K)], math.nan
+
     def step(self, x, y, weight=1.0):
         """(ŷ, a rounding scale, ℓ(y, ŷ)); the bases learn as they would alone."""
-        outs = [b.step(x, y, self.loss, weight) if on else ([0.0] * self.K, [0.0] * self.K, 0.0)
-                for b, on in zip(self.bases, self.on)]
+        learns = not math.isnan(y) and weight > 0.0
+        if learns and self.average:
+            self.T += 1
+            for b in range(4):
+                if self.on[b]:
+                    w = self.offline_weights(b, self.T)
+                    for j in range(self.d):
+                        for k in range(self.K):
+                            self.sums[b][j][k] += w[j][k]
+        if math.isnan(y) and self.average:
+            outs = [self._averaged(b, x) if on else ([0.0] * self.K, [0.0] * self.K, 0.0)
+                    for b, on in enumerate(self.on[:4])]
+        else:
+            outs = [b.step(x, y, self.loss, weight) if on else ([0.0] * self.K, [0.0] * self.K, 0.0)
+                    for b, on in zip(self.bases, self.on)]
         scores = [list(o[0]) for o in outs] + [[0.0] * self.K]
         yhat = self.mixed_score(scores)
         # |Δ mixed score| ≤ max_i |Δ score_i| (the mixture's logit is a
