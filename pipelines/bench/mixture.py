@@ -34,6 +34,7 @@ from pipelines.bench.multi_epoch import epoch_order, load_dataset
 OURS = (("ScInOL2", "scinol2", {}), ("scinol-mix", "scinol-mix", {}), ("scinol-mix kt=0", "scinol-mix", {"kt": 0.0}),
         ("scinol-mix ScInOL2+zero", "scinol-mix", {"kt": 0.0, "scinol1": 0.0, "kotlowski1": 0.0}))
 MIXES = [(label, params) for label, algo, params in OURS if algo == "scinol-mix"]
+OURS += (("scinol-mix average=1", "scinol-mix", {"average": 1.0}),)  # same online run: test loss only differs
 COMPETITORS = (("VW default", "vw", "default"), ("VW --coin", "vw", "coin"), ("River default", "river", "default"),
                ("River StandardScaler", "river", "scaled"))
 
@@ -89,14 +90,16 @@ def _ours(name, params, data, order):
     model = (make_learner(name, "logistic", **params) if binary
              else make_learner(name, "softmax", n_classes=data.n_classes, **params))
     scores = model.learn(data.X_train[order], np.where(y == 1, 1.0, -1.0) if binary else y)
-    return float(capped(score_losses(scores, y)).mean()), float(np.mean(score_predictions(scores) != y))
+    test = model.decision_function(data.X_test)
+    return (float(capped(score_losses(scores, y)).mean()), float(np.mean(score_predictions(scores) != y)),
+            float(capped(score_losses(test, data.y_test)).mean()))
 
 
 def _competitor(tool, method, data, order):
     from pipelines.bench.contenders import Family, make_contender
 
     contender = make_contender(Family(method, tool, method), None, data)
-    return float(contender.learn_epoch(data, order).mean()), math.nan
+    return float(contender.learn_epoch(data, order).mean()), math.nan, math.nan
 
 
 def gains(refs, runs: int, competitors: bool, log) -> list[tuple]:
@@ -111,7 +114,7 @@ def gains(refs, runs: int, competitors: bool, log) -> list[tuple]:
         if competitors:
             for label, tool, method in COMPETITORS:
                 result[label] = np.mean([_competitor(tool, method, data, o) for o in orders], axis=0)
-        result["zero model"] = (math.log(data.n_classes), math.nan)
+        result["zero model"] = (math.log(data.n_classes), math.nan, math.log(data.n_classes))
         rows.append((name, data.n_classes, result))
     return rows
 
@@ -144,9 +147,11 @@ def main(argv=None) -> int:
     labels = list(rows[0][2]) if rows else []
     print("| data set | K | " + " | ".join(labels) + " |\n|---|---|" + "---|" * len(labels))
     for name, k, result in rows:
-        cells = [f"{v[0]:.4f}" + ("" if math.isnan(v[1]) else f" / {100 * v[1]:.1f}%") for v in result.values()]
+        cells = [f"{v[0]:.4f}" + ("" if math.isnan(v[1]) else f" / {100 * v[1]:.1f}%")
+                 + ("" if math.isnan(v[2]) else f" / {v[2]:.4f}") for v in result.values()]
         print(f"| {name} | {k} | " + " | ".join(cells) + " |")
-    print(f"\nprogressive log loss / error, one pass, mean of {args.runs} orders; {time.perf_counter() - t0:.0f} s")
+    print(f"\nprogressive log loss / progressive error / test log loss after the pass (ours), one pass, mean of "
+          f"{args.runs} orders; {time.perf_counter() - t0:.0f} s")
     return 0
 
 

@@ -18,7 +18,7 @@ def test_tables_with_same_run_baselines_and_the_bound(capsys):
     assert all(float(r[5]) > 0 for r in kernel_rows)
     iris = next(line for line in out.splitlines() if line.startswith("| iris"))
     cells = [c.strip() for c in iris.split("|")[3:-1]]
-    scinol2, mix, zero = float(cells[0].split(" / ")[0]), float(cells[1].split(" / ")[0]), float(cells[-1])
+    scinol2, mix, zero = (float(cells[i].split(" / ")[0]) for i in (0, 1, -1))
     assert zero == round(math.log(3), 4)
     t = 100  # iris training rows (2/3 of 150)
     assert mix <= min(scinol2, zero) + math.log(5) / t + 1e-4
