@@ -10,10 +10,13 @@ FULL_MATRIX = ("kotlowski2",)
 """Learners that are not coordinate-separable: classes of their own
 (:mod:`learners.fullmatrix`), not entries of SPECS."""
 
+MIXTURES = ("scinol-mix",)
+"""Learners that run several SPECS side by side (:mod:`learners.mixture`)."""
+
 
 def learner_names() -> list[str]:
     """Every learner :func:`make_algorithm` knows."""
-    return [*SPECS, *FULL_MATRIX]
+    return [*SPECS, *FULL_MATRIX, *MIXTURES]
 
 
 def make_algorithm(name: str, **params):
@@ -21,6 +24,10 @@ def make_algorithm(name: str, **params):
         from .fullmatrix import Kotlowski2
 
         return Kotlowski2(**params)
+    if name == "scinol-mix":
+        from .mixture_learner import Mixture
+
+        return Mixture(**params)
     try:
         spec = SPECS[name]
     except KeyError:

@@ -28,12 +28,13 @@ NAMES = learner_names()
 INVARIANT = {"scinol1", "scinol2", "kotlowski1", "kotlowski2", "nag"}
 """The learners whose predictions do not change when features are rescaled."""
 SOFTMAX = {"scinol1", "scinol2", "ogd", "ogd-global", "kt", "kt-avg", "kt-coord", "sgd", "adagrad", "adam", "nag",
-           "aprox", "kotlowski1"}
+           "aprox", "kotlowski1", "scinol-mix"}
 """The learners defined for the softmax loss."""
 PARAMS = {"scinol1": {"eps": 0.5}, "scinol2": {"eps": 0.5}, "ogd": {"radius": 10.0}, "ogd-global": {"scale": 0.5},
           "kt": {"wealth": 0.5}, "kt-avg": {"wealth": 2.0}, "kt-coord": {"wealth": 0.5}, "kotlowski1": {"alpha": 2.5},
           "kotlowski2": {"alpha": 2.5}, "implicit": {"lr": 0.2}, "pa1": {"C": 0.5}, "pa2": {"C": 2.0},
-          "aprox": {"lr": 0.5}, "sgd": {"lr": 0.3}, "adagrad": {"lr": 0.3}, "adam": {"lr": 0.01}, "nag": {"lr": 0.3}}
+          "aprox": {"lr": 0.5}, "sgd": {"lr": 0.3}, "adagrad": {"lr": 0.3}, "adam": {"lr": 0.01}, "nag": {"lr": 0.3},
+          "scinol-mix": {"eps": 0.5, "alpha": 2.0, "wealth": 2.0}}
 """Non-default parameters, so a saved learner must carry its own."""
 
 

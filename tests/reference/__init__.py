@@ -3,7 +3,7 @@ module per family; :func:`make_reference` builds the one for a learner name."""
 
 from __future__ import annotations
 
-from . import baselines, kotlowski, ogd_kt, pa, scinol
+from . import baselines, kotlowski, mix, ogd_kt, pa, scinol
 
 _KT_VARIANT = {"kt": "alg1", "kt-avg": "avg", "kt-coord": "coord"}
 
@@ -41,6 +41,8 @@ def make_reference(name: str, d: int, loss: str, n_outputs: int = 1, **params):
         return pa.ReferenceImplicit(d, **params)
     if name in ("pa", "pa1", "pa2"):
         return pa.ReferencePA(name, d, loss, **params)
+    if name == "scinol-mix":
+        return mix.ReferenceMix(d, loss, n_outputs, **params)
     if name == "aprox":
         return pa.ReferenceAProx(d, loss, n_outputs, **params)
     raise KeyError(f"no slow reference for learner {name!r}")

@@ -1,0 +1,491 @@
+"""``scinol-mix``: a Bayes mixture of parameter-free linear learners.
+
+Five experts run side by side in one compiled kernel, over one state:
+
+    0 ScInOL2, 1 ScInOL1 (Kempka et al. 2019, Algorithms 2 and 1),
+    2 KT coin betting per coordinate (Orabona & Pál 2016), 3 Kotłowski 2017
+    Algorithm 1, 4 the zero predictor (ŷ = 0: probability 1/2, or 1/K).
+
+Each base learns exactly as it would alone, from the gradient of the loss at
+its *own* score. The mixture predicts the class probabilities
+
+    p_t(c) = Σ_i π_{t,i} p_{t,i}(c),   π_{t,i} ∝ exp(-Σ_{s<t} h_s ℓ_{s,i})
+
+(the exponentially weighted average forecaster with η = 1 on the log loss,
+i.e. the Bayes mixture with a uniform prior: Cesa-Bianchi & Lugosi,
+"Prediction, Learning, and Games", 2006, §3.3 (exp-concave losses, Prop. 3.1)
+and §9.2 (log loss)). For the log loss the identity
+Σ_t ℓ_t(mix) = -ln Σ_i (1/N) exp(-L_{T,i}) holds exactly (the mixture's
+probability of the labels is the prior-average of the experts'), hence
+
+    Σ_t ℓ_t(mix) ≤ min_i L_{T,i} + ln N          (N = 5, or 4 without KT)
+
+for any sequence, with no tuning and no bound on the losses: never more
+than ln 5 / T per example above the best base, nor above the zero model
+(ln 2 logistic, ln K softmax). The bound is stronger than the O(√(T ln N))
+of the parameter-free experts algorithms for bounded losses (AdaNormalHedge,
+coin betting for experts), because the log loss is 1-exp-concave in the
+probabilities; it needs the log loss, so the mixture is defined for the
+``logistic`` and ``softmax`` losses only. Importance weights h multiply
+each expert's loss in the exponent; the bound then holds for h ≤ 1 (Jensen:
+(Σ π q)^h ≥ Σ π q^h needs h ≤ 1).
+
+The score returned is the logit of the mixed probability, computed as a
+difference of log-sum-exps (logistic: ŷ = ln p(+1) - ln p(-1); softmax:
+ŷ_c = ln p(c), so logsumexp ŷ = 0 and ℓ(y, ŷ) = -ln p(y)). It is not a
+linear function of x: :meth:`Mixture.weights` gives the bases' weights
+averaged with the current π, for inspection only.
+
+Shardable: every base is coordinate-separable. A shard returns the partial
+scores of the four linear bases and Kotłowski's count of new coordinates
+(4K + 1 sums); the combiner owns the cumulative losses L_i and returns each
+base's own g (4K feedback values).
+
+State: P[j, k] = (G, S², η | G, S², β | θ, W | h) (ScInOL2 | ScInOL1 | KT
+| Kotłowski), Q[j] = (M, s²): ScInOL1 and ScInOL2 share M = max |x_j|,
+which both update to the same value. Globals: t, Kotłowski's d seen, and
+L_i for each expert.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+
+import numpy as np
+from numba import njit
+
+from . import math_kotlowski as KO
+from . import math_kt as KT
+from . import math_scinol as SC
+from .codes import KT_COORD, SCINOL1, SCINOL2
+from .losses import LOGISTIC, SOFTMAX, loss_grad_into
+from .state import LearnerState
+
+jit = njit(cache=True, error_model="numpy")
+inline = njit(cache=True, error_model="numpy", inline="always")
+
+BASES = ("scinol2", "scinol1", "kt-coord", "kotlowski1")
+EXPERTS = (*BASES, "zero")
+N_BASES, ZERO = 4, 4
+FIELDS = ("G_2", "S2_2", "eta", "G_1", "S2_1", "beta", "theta", "wealth", "h")
+COORD_FIELDS = ("M", "s2")
+GLOBALS = ("t", "dim", *(f"L_{e}" for e in EXPERTS), "H", "C")
+AVG_FIELDS = ("avg_2", "avg_1", "avg_kt", "avg_h")
+"""With average=1: Σ of each base's iterates up to the coordinate's last update."""
+AVG_COORD_FIELDS = ("last_t", "last_H", "last_C")
+"""With average=1: t, H and C when the coordinate was last updated."""
+L0 = 2  # glob[L0 + i] is expert i's cumulative weighted loss
+H, C = L0 + N_BASES + 1, L0 + N_BASES + 2  # glob[H] = Σ_{s≤t} 1/s (KT's w ∝ 1/s), glob[C] = Σ 1/(s d_s)
+A0, LAST = 9, 2  # P[j, k, A0 + b]: base b's sum; Q[j, LAST + 0, 1, 2]: last t, H, C
+DEAD = 1e300  # L_i of an expert whose loss was ∞ or NaN: weight 0 from then on
+PARAMS = {"eps": 1.0, "alpha": 1.5, "wealth": 1.0, "kt": 1.0, "scinol1": 1.0, "kotlowski1": 1.0, "average": 0.0}
+"""ε of both ScInOLs, Kotłowski's α, KT's initial wealth (the bases' own
+defaults); then 1/0: whether KT, ScInOL1, Kotłowski's Alg. 1 take part;
+``average`` 1: unlabelled rows are scored with each base's averaged iterate
+(1/T) Σ_t w_t (online-to-batch conversion), labelled rows as always."""
+
+
+@jit
+def flags(prm):
+    """Which linear bases run: ScInOL2 always; ScInOL1, KT, Kotłowski as
+    their parameters say (prm[4], prm[3], prm[5])."""
+    return np.array([True, prm[4] != 0.0, prm[3] != 0.0, prm[5] != 0.0])
+
+
+# -- the mixture ----------------------------------------------------------------
+@inline
+def _lse_add(m, s, v):
+    """Running log-sum-exp as (max, Σ exp(· - max)), adding v."""
+    if v == -math.inf:  # an expert of weight 0 (or probability 0)
+        return m, s
+    if v <= m:
+        return m, s + math.exp(v - m)
+    return v, s * math.exp(m - v) + 1.0
+
+
+@inline
+def _softplus(z):
+    return math.log1p(math.exp(-abs(z))) + max(z, 0.0)
+
+
+@inline
+def _valid(loss, glob, on, yb, i):
+    """Expert i takes part: KT only if on; not after a loss of ∞ or NaN (its
+    weight is 0: e.g. Kotłowski's exp potential overflowed under huge
+    importance weights); not while its score is NaN (∞ too, for softmax).
+    The zero predictor always takes part, so the mixture stays finite."""
+    if i == ZERO:
+        return True
+    if not on[i] or not glob[L0 + i] < DEAD:
+        return False
+    for k in range(yb.shape[1]):
+        if math.isnan(yb[i, k]) or (loss != LOGISTIC and math.isinf(yb[i, k])):
+            return False
+    return True
+
+
+@jit
+def mix_scores(loss, glob, on, yb, out):
+    """The mixture's scores from the bases' (yb, (4, K)) and the L_i."""
+    top = -glob[L0 + ZERO]
+    for i in range(N_BASES):
+        if _valid(loss, glob, on, yb, i):
+            top = max(top, -glob[L0 + i])
+    if loss == LOGISTIC:
+        mp, sp, mn, sn = -math.inf, 0.0, -math.inf, 0.0
+        for i in range(N_BASES + 1):
+            if not _valid(loss, glob, on, yb, i):
+                continue
+            z = yb[i, 0] if i < N_BASES else 0.0
+            a = top - glob[L0 + i]  # ln π_i up to a constant, ≤ 0
+            mp, sp = _lse_add(mp, sp, a - _softplus(-z))  # ln π_i σ(z)
+            mn, sn = _lse_add(mn, sn, a - _softplus(z))  # ln π_i σ(-z)
+        out[0] = (mp + math.log(sp)) - (mn + math.log(sn))
+        return
+    n_out = out.shape[0]
+    lz = math.log(n_out)
+    for c in range(n_out):
+        m, s = -math.inf, 0.0
+        for i in range(N_BASES + 1):
+            if not _valid(loss, glob, on, yb, i):
+                continue
+            a = top - glob[L0 + i]
+            if i < N_BASES:
+                mi = yb[i, 0]
+                for k in range(1, n_out):
+                    mi = max(mi, yb[i, k])
+                si = 0.0
+                for k in range(n_out):
+                    si += math.exp(yb[i, k] - mi)
+                m, s = _lse_add(m, s, a + yb[i, c] - mi - math.log(si))
+            else:
+                m, s = _lse_add(m, s, a - lz)
+        out[c] = m + math.log(s)
+    # ln Σ_i π_i: the mixture's probabilities sum to 1 when the scores are
+    # ln of them, so normalise by the prior's total.
+    m, s = -math.inf, 0.0
+    for i in range(N_BASES + 1):
+        if _valid(loss, glob, on, yb, i):
+            m, s = _lse_add(m, s, top - glob[L0 + i])
+    norm = m + math.log(s)
+    for c in range(n_out):
+        out[c] -= norm
+
+
+@inline
+def _combine(loss, loss_prm, glob, on, yb, ex, y, iw, fb, ymix, tmp, zero):
+    """ℓ(y, mixture), each base's g (times iw) into fb[b], L_i += iw ℓ_i."""
+    mix_scores(loss, glob, on, yb, ymix)
+    value = loss_grad_into(loss, loss_prm, y, ymix, tmp)
+    for b in range(N_BASES):
+        if not on[b]:
+            fb[b, :] = 0.0
+            continue
+        value_b = loss_grad_into(loss, loss_prm, y, yb[b], fb[b])
+        if not _valid(loss, glob, on, yb, b) or not value_b < math.inf:
+            # Out of the mixture for good, and frozen: a finite mark, as
+            # saved states must hold finite scalars.
+            glob[L0 + b] = DEAD
+            fb[b, :] = 0.0
+            continue
+        glob[L0 + b] += iw * value_b
+        for k in range(fb.shape[1]):
+            fb[b, k] *= iw
+    glob[L0 + ZERO] += iw * loss_grad_into(loss, loss_prm, y, zero, tmp)
+    glob[0] += 1.0
+    glob[H] += 1.0 / glob[0]
+    glob[C] += 1.0 / (glob[0] * max(glob[1], 1.0))  # the d trial t was predicted with
+    glob[1] += ex[1]  # Kotłowski's d: the coordinates seen so far
+    return value
+
+
+# -- per coordinate -------------------------------------------------------------
+@inline
+def _col(indices, p, start, dense):
+    return p - start if dense else indices[p]
+
+
+@inline
+def _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, x, t, learning):
+    if b == 0:
+        return SC.weight(SCINOL2, prm, Pb, Qb, j, k, x, t)
+    if b == 1:
+        return SC.weight(SCINOL1, prm, Pb, Qb, j, k, x, t)
+    if b == 2:
+        return KT.weight(KT_COORD, prm, glob, Pb, j, k, t, learning)
+    return KO.weight(kprm, glob, Pb, Qb, j, k, x, t)
+
+
+@inline
+def _update_of(b, prm, glob, Pb, Qb, j, x, t, Fb, Wb, slot, n_out):
+    if b == 0:
+        SC.update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)
+    elif b == 1:
+        SC.update(SCINOL1, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)  # M already max'd: the same M²
+    elif b == 2:
+        KT.update(KT_COORD, glob, Pb, j, x, Fb, Wb, slot, n_out)
+    else:
+        KO.update(Pb, Qb, j, x, Fb, n_out)
+
+
+@inline
+def _rate(b, kprm, glob):
+    """Base b's offline weight at trial s is coef / r_b(s): the sum of the
+    weights over trials is coef times Σ 1/r_b, i.e. t, H or C."""
+    if b <= 1:
+        return glob[0]
+    if b == 2:
+        return glob[H]
+    return glob[C]
+
+
+@inline
+def _coef(b, prm, kprm, glob, Pb, Qb, j, k):
+    """The part of base b's offline weight (x → 0) that changes only when
+    coordinate j learns: the weight itself (ScInOL), θW (KT, w = θW/t),
+    exp(h²/(2α s²)) h/(α s²) (Kotłowski, w = that / (t d))."""
+    if b == 3:
+        d = kprm[1] if kprm[1] > 0.0 else max(glob[1], 1.0)
+        return _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, 0.0, 1.0, False) * d
+    return _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, 0.0, 1.0, False)
+
+
+@inline
+def _averaged_of(b, prm, kprm, glob, P, Q, Pb, Qb, j, k):
+    """(1/T) Σ_{s≤T} w_s of coordinate j: the sum up to its last update plus
+    the current weight over the trials since (online-to-batch conversion)."""
+    if glob[0] == 0.0:
+        return 0.0
+    since = _rate(b, kprm, glob) - Q[j, LAST + (0 if b <= 1 else b - 1)]
+    return (P[j, k, A0 + b] + _coef(b, prm, kprm, glob, Pb, Qb, j, k) * since) / glob[0]
+
+
+@inline
+def _average_coord(prm, kprm, glob, P, Q, j, on, n_out):
+    """Before coordinate j learns: its current weights have been in force
+    since its last update; add them to the sums and mark the trial."""
+    views = (P[:, :, 0:3], P[:, :, 3:6], P[:, :, 6:8], P[:, :, 8:9])
+    for k in range(n_out):
+        P[j, k, A0] += _coef(0, prm, kprm, glob, views[0], Q, j, k) * (glob[0] - Q[j, LAST])
+        if on[1]:
+            P[j, k, A0 + 1] += _coef(1, prm, kprm, glob, views[1], Q, j, k) * (glob[0] - Q[j, LAST])
+        if on[2]:
+            P[j, k, A0 + 2] += _coef(2, prm, kprm, glob, views[2], Q, j, k) * (glob[H] - Q[j, LAST + 1])
+        if on[3]:
+            P[j, k, A0 + 3] += _coef(3, prm, kprm, glob, views[3], Q[:, 1:2], j, k) * (glob[C] - Q[j, LAST + 2])
+    Q[j, LAST] = glob[0]
+    Q[j, LAST + 1] = glob[H]
+    Q[j, LAST + 2] = glob[C]
+
+
+@inline
+def _score_pass(b, prm, kprm, glob, P, Q, Pb, Qb, indices, data, start, end, dense, bias, t, learning, averaged, Wb,
+                yb, n_out):
+    """Base b's scores over the row: one base per pass, each with a scalar
+    accumulator, as the standalone kernels run (one loop calling all four
+    bases per coordinate ran at twice the sum of the four kernels' times)."""
+    for k in range(n_out):
+        acc = 0.0
+        if bias:
+            if averaged:
+                w = _averaged_of(b, prm, kprm, glob, P, Q, Pb, Qb, 0, k)
+            else:
+                w = _weight_of(b, prm, kprm, glob, Pb, Qb, 0, k, 1.0, t, learning)
+            Wb[0, k] = w
+            acc += w
+        for p in range(start, end):
+            x = data[p]
+            if x != 0.0:
+                j = _col(indices, p, start, dense) + bias
+                if averaged:
+                    w = _averaged_of(b, prm, kprm, glob, P, Q, Pb, Qb, j, k)
+                else:
+                    w = _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, x, t, learning)
+                Wb[p - start + bias, k] = w
+                acc += x * w
+        yb[b, k] = acc
+
+
+@inline
+def _update_pass(b, prm, glob, Pb, Qb, indices, data, start, end, dense, bias, t, Fb, Wb, n_out):
+    if bias:
+        _update_of(b, prm, glob, Pb, Qb, 0, 1.0, t, Fb, Wb, 0, n_out)
+    for p in range(start, end):
+        x = data[p]
+        if x != 0.0:
+            _update_of(b, prm, glob, Pb, Qb, _col(indices, p, start, dense) + bias, x, t, Fb, Wb, p - start + bias,
+                       n_out)
+
+
+@inline
+def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning, on, yb, ex, W, n_out):
+    # average=1: unlabelled rows (test time) are scored with the averaged
+    # iterates; labelled rows, hence the progressive metrics, stay online.
+    averaged = prm[6] != 0.0 and not learning
+    """The bases' scores for one row; W[b, slot] their weights. (n_out is
+    P.shape[1], passed so a single-output caller makes it a constant: the
+    loops over k then fold away, several times faster.)"""
+    t = glob[0] + 1.0
+    QK = Q[:, 1:2]
+    for b in range(N_BASES):
+        if not on[b]:
+            yb[b, :] = 0.0
+    _score_pass(0, prm, kprm, glob, P, Q, P[:, :, 0:3], Q, indices, data, start, end, dense, bias, t, learning,
+                    averaged, W[0], yb,
+                n_out)
+    if on[1]:
+        _score_pass(1, prm, kprm, glob, P, Q, P[:, :, 3:6], Q, indices, data, start, end, dense, bias, t, learning,
+                    averaged, W[1],
+                    yb, n_out)
+    if on[2]:
+        _score_pass(2, prm, kprm, glob, P, Q, P[:, :, 6:8], Q, indices, data, start, end, dense, bias, t, learning,
+                    averaged, W[2],
+                    yb, n_out)
+    if on[3]:
+        _score_pass(3, prm, kprm, glob, P, Q, P[:, :, 8:9], QK, indices, data, start, end, dense, bias, t, learning,
+                    averaged, W[3],
+                    yb, n_out)
+    ex[1] = 0.0  # Kotłowski's count of coordinates never seen before
+    if bias:
+        KO.extras(QK, 0, ex)
+    for p in range(start, end):
+        if data[p] != 0.0:
+            KO.extras(QK, _col(indices, p, start, dense) + bias, ex)
+
+
+@inline
+def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n_out):
+    t = glob[0]
+    if prm[6] != 0.0:
+        kprm = prm[1:3]
+        if bias:
+            _average_coord(prm, kprm, glob, P, Q, 0, on, n_out)
+        for p in range(start, end):
+            if data[p] != 0.0:
+                _average_coord(prm, kprm, glob, P, Q, _col(indices, p, start, dense) + bias, on, n_out)
+    _update_pass(0, prm, glob, P[:, :, 0:3], Q, indices, data, start, end, dense, bias, t, fb[0], W[0], n_out)
+    if on[1]:
+        _update_pass(1, prm, glob, P[:, :, 3:6], Q, indices, data, start, end, dense, bias, t, fb[1], W[1], n_out)
+    if on[2]:
+        _update_pass(2, prm, glob, P[:, :, 6:8], Q, indices, data, start, end, dense, bias, t, fb[2], W[2], n_out)
+    if on[3]:
+        _update_pass(3, prm, glob, P[:, :, 8:9], Q[:, 1:2], indices, data, start, end, dense, bias, t, fb[3], W[3],
+                     n_out)
+
+
+@inline
+def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, n_out):
+    on = flags(prm)
+    kprm = prm[1:3]
+    longest = 0
+    for i in range(indptr.shape[0] - 1):
+        longest = max(longest, indptr[i + 1] - indptr[i])
+    W = np.zeros((N_BASES, longest + 1, n_out))
+    yb = np.zeros((N_BASES, n_out))
+    fb = np.zeros((N_BASES, n_out))
+    ex = np.zeros(2)
+    ymix, tmp, zero = np.empty(n_out), np.empty(n_out), np.zeros(n_out)
+    for i in range(indptr.shape[0] - 1):
+        start, end = indptr[i], indptr[i + 1]
+        learning = not math.isnan(y[i])
+        _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning, on, yb, ex, W, n_out)
+        weight_i = iw[i] if iw.shape[0] else 1.0
+        if not learning or weight_i == 0.0:
+            mix_scores(loss, glob, on, yb, ymix)
+            scores[i, :] = ymix
+            losses[i] = math.nan if not learning else loss_grad_into(loss, loss_prm, y[i], ymix, tmp)
+            continue
+        losses[i] = _combine(loss, loss_prm, glob, on, yb, ex, y[i], weight_i, fb, ymix, tmp, zero)
+        scores[i, :] = ymix
+        _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n_out)
+
+
+@jit
+def learn_rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
+    """As :mod:`learners.kernels`' batch kernels: scores[i] is the mixture's
+    score before learning from row i, losses[i] its loss (NaN unlabelled)."""
+    if P.shape[1] == 1:
+        _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, 1)
+    else:
+        _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses,
+              P.shape[1])
+
+
+@jit
+def predict_row(prm, glob, P, Q, indices, data, bias, learning, yb, ex, W):
+    _row(prm, prm[1:3], glob, P, Q, indices, data, 0, indices.shape[0], False, bias, learning, flags(prm),
+         yb, ex, W, P.shape[1])
+
+
+@jit
+def combine_row(prm, glob, yb, ex, y, iw, loss, loss_prm, fb, ymix):
+    n_out = yb.shape[1]
+    return _combine(loss, loss_prm, glob, flags(prm), yb, ex, y, iw, fb, ymix, np.empty(n_out),
+                    np.zeros(n_out))
+
+
+@jit
+def scores_only(prm, glob, yb, y, loss, loss_prm, ymix):
+    """The mixture's score, and its loss (NaN for y NaN), changing nothing."""
+    mix_scores(loss, glob, flags(prm), yb, ymix)
+    if math.isnan(y):
+        return math.nan
+    return loss_grad_into(loss, loss_prm, y, ymix, np.empty(ymix.shape[0]))
+
+
+@jit
+def update_row(prm, glob, P, Q, indices, data, bias, fb, W):
+    _apply(prm, glob, P, Q, indices, data, 0, indices.shape[0], False, bias, flags(prm), fb, W, P.shape[1])
+
+
+@jit
+def base_weights(prm, glob, P, Q):
+    """Each base's current weights (x → 0, next trial, offline), (4, n, K)."""
+    n, n_out = P.shape[0], P.shape[1]
+    out = np.zeros((N_BASES, n, n_out))
+    t = glob[0] + 1.0
+    on = flags(prm)
+    for j in range(n):
+        for k in range(n_out):
+            out[0, j, k] = SC.weight(SCINOL2, prm, P[:, :, 0:3], Q, j, k, 0.0, t)
+            if on[1]:
+                out[1, j, k] = SC.weight(SCINOL1, prm, P[:, :, 3:6], Q, j, k, 0.0, t)
+            if on[2]:
+                out[2, j, k] = KT.weight(KT_COORD, prm, glob, P[:, :, 6:8], j, k, t, False)
+            if on[3]:
+                out[3, j, k] = KO.weight(prm[1:3], glob, P[:, :, 8:9], Q[:, 1:2], j, k, 0.0, t)
+    return out
+
+
+def _drop_stale_cache() -> None:
+    """Numba keys the on-disk cache to this file only, but the kernel
+    inlines the math modules and the losses: drop it when any changed."""
+    import glob
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(here)):
+        if name in ("mixture.py", "losses.py") or name.startswith("math_") and name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as f:
+                digest.update(name.encode() + b"\0" + f.read())
+    cache_dir = learn_rows._cache.cache_path
+    stamp = os.path.join(cache_dir, "mixture.sources.sha256")
+    try:
+        with open(stamp) as f:
+            if f.read() == digest.hexdigest():
+                return
+    except OSError:
+        pass
+    try:
+        for path in glob.glob(os.path.join(cache_dir, "mixture.*.nb[ic]")):
+            os.unlink(path)
+        os.makedirs(cache_dir, exist_ok=True)
+        with open(stamp, "w") as f:
+            f.write(digest.hexdigest())
+    except OSError:  # a read-only install
+        pass
+
+
+_drop_stale_cache()

@@ -1,0 +1,200 @@
+"""scinol-mix (learners/mixture.py): the Bayes mixture's guarantee and what
+is particular to it. The registry-wide contract (kernel = slow reference,
+batches, unlabelled rows, checkpoints, shards, weights) runs it through
+tests/learners/test_contract.py and test_weights.py like any learner.
+
+- Each base learns exactly as it would alone: L_i, the mixture's record of
+  base i's cumulative loss, is the standalone learner's total loss.
+- The Bayes mixture's identity Σ_t ℓ_t(mix) = -ln (1/N) Σ_i exp(-L_i)
+  (Cesa-Bianchi & Lugosi 2006, §9.2), hence the regret bound ≤ ln N against
+  the best base and the zero model, on random and adversarial streams.
+- Scale invariance exactly when every base is (kt=0).
+- A base whose potential overflows drops out; the mixture stays finite.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from learners import OnlineLearner, make_learner
+from learners.mixture import BASES, EXPERTS
+from tests.support.gen import features, labels, to_csr
+
+
+def stream(seed, loss, kind, n=600, d=8):
+    rng = np.random.default_rng(seed)
+    X = features(rng, n, d, log10_scale=(-1.0, 1.0))
+    y = labels(rng, X, loss)
+    if kind == "adversarial":
+        X[:, 0] *= 1e150  # huge and tiny scales side by side
+        X[:, 4] *= 1e-150
+        X[::5] = 0.0  # all-zero rows: only the bias sees them
+        flip = np.arange(n) >= n // 2  # the concept flips half-way
+        y = np.where(flip, -y if loss == "logistic" else (y + 1) % 3, y)
+    return X, y
+
+
+def mix(loss, **params):
+    return make_learner("scinol-mix", loss, n_classes=3 if loss == "softmax" else None, **params)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "softmax"])
+@pytest.mark.parametrize("kind", ["random", "adversarial"])
+def test_bases_learn_as_alone_and_the_regret_is_at_most_ln_n(loss, kind):
+    X, y = stream(11, loss, kind)
+    # KT is not scale-invariant: at feature scales of 1e150 its scores are
+    # ~1e149, where the shared loss (ln Σ e^{ŷ-top} + top - ŷ_y) rounds ln 2
+    # away, so its L_i is not the -ln p_i(y) the identity sums. The other
+    # bases' scores do not scale, so without KT the identity is exact.
+    on = kind == "random"
+    learner = mix(loss, kt=float(on))
+    _, losses = learner.learn(to_csr(X), y, return_losses=True)
+    L = np.array([learner.state.scalars[f"L_{e}"] for e in EXPERTS if on or e != "kt-coord"])
+    for name, total in zip([b for b in BASES if on or b != "kt-coord"], L):
+        alone = make_learner(name, loss, n_classes=3 if loss == "softmax" else None)
+        _, own = alone.learn(to_csr(X), y, return_losses=True)
+        assert total == pytest.approx(own.sum(), rel=1e-12), name
+    assert L[-1] == pytest.approx(len(y) * math.log(3 if loss == "softmax" else 2), rel=1e-12)
+    n = len(L)
+    identity = -(np.logaddexp.reduce(-L) - math.log(n))
+    assert losses.sum() == pytest.approx(identity, rel=1e-10)
+    assert losses.sum() <= L.min() + math.log(n) + 1e-9 * L.min()
+    assert losses.sum() < L[-1]  # below the zero model's: ln N is far less than what the best base gains here
+
+
+@pytest.mark.parametrize("loss", ["logistic", "softmax"])
+def test_weighted_regret_bound_holds_for_weights_up_to_one(loss):
+    rng = np.random.default_rng(3)
+    X, y = stream(12, loss, "random")
+    h = rng.uniform(0.0, 1.0, size=len(y))
+    learner = mix(loss)
+    _, losses = learner.learn(X, y, h, return_losses=True)
+    L = np.array([learner.state.scalars[f"L_{e}"] for e in EXPERTS])
+    assert np.dot(h, losses) <= L.min() + math.log(len(EXPERTS)) + 1e-9 * L.min()
+
+
+@pytest.mark.parametrize("loss", ["logistic", "softmax"])
+def test_scale_invariant_exactly_when_every_base_is(loss):
+    X, y = stream(13, loss, "random", n=400)
+    k = np.random.default_rng(0).integers(-40, 40, size=X.shape[1])
+    scaled = X * 2.0 ** k  # exact in floating point
+    invariant = mix(loss, kt=0.0)
+    assert invariant.algorithm.scale_invariant and not mix(loss).algorithm.scale_invariant
+    np.testing.assert_allclose(mix(loss, kt=0.0).learn(scaled, y), invariant.learn(X, y), rtol=1e-12, atol=1e-300)
+    assert not np.allclose(mix(loss).learn(scaled, y), mix(loss).learn(X, y), rtol=1e-6)
+
+
+def test_without_kt_there_are_four_experts():
+    X, y = stream(14, "logistic", "random")
+    learner = mix("logistic", kt=0.0)
+    _, losses = learner.learn(X, y, return_losses=True)
+    L = np.array([learner.state.scalars[f"L_{e}"] for e in EXPERTS if e != "kt-coord"])
+    assert learner.state.scalars["L_kt-coord"] == 0.0 and not learner.state.arrays["P"][:, :, 6].any()
+    assert losses.sum() == pytest.approx(-(np.logaddexp.reduce(-L) - math.log(4)), rel=1e-10)
+    assert learner.algorithm.expert_weights(learner.state)[2] == 0.0
+
+
+def test_an_overflowing_base_drops_out_and_the_mixture_stays_finite(tmp_path):
+    X, y = stream(15, "logistic", "random", n=300)
+    h = np.where(np.arange(len(y)) % 3 == 0, 1e3, 1.0)  # Kotłowski's exp(h²/(2α s²)) overflows
+    learner = mix("logistic")
+    scores, losses = learner.learn(X, y, h, return_losses=True)
+    alone = make_learner("kotlowski1").learn(X, y, h)
+    assert not np.isfinite(alone).all()  # the base alone does blow up
+    assert np.isfinite(scores).all() and np.isfinite(losses).all()
+    assert learner.algorithm.expert_weights(learner.state)[3] == 0.0
+    learner.save(str(tmp_path / "m.scinol"))  # the state stays finite, so it saves and loads
+    again = OnlineLearner.load(str(tmp_path / "m.scinol"))
+    np.testing.assert_array_equal(again.learn(X[:20], y[:20]), learner.learn(X[:20], y[:20]))
+
+
+def test_only_log_losses_and_the_weights_of_the_linear_bases():
+    with pytest.raises(ValueError, match="logistic and softmax losses, not hinge"):
+        make_learner("scinol-mix", "hinge")
+    with pytest.raises(ValueError, match="kt must be 0 or 1"):
+        make_learner("scinol-mix", kt=0.5)
+    X, y = stream(16, "logistic", "random")
+    learner = mix("logistic")
+    learner.learn(X, y)
+    pi = learner.algorithm.expert_weights(learner.state)
+    assert pi.sum() == pytest.approx(1.0) and (pi >= 0).all()
+    per_base = [make_learner(name) for name in BASES]
+    for b in per_base:
+        b.learn(X, y)
+    want = sum(p * b.weights() for p, b in zip(pi, per_base))
+    np.testing.assert_allclose(learner.weights(), want, rtol=1e-12, atol=1e-300)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "softmax"])
+@pytest.mark.parametrize("off", [("scinol1", "kotlowski1"), ("kt", "scinol1", "kotlowski1"), ("kt",)])
+def test_bases_left_out_match_the_reference_and_shrink_n(loss, off):
+    from tests.learners.test_contract import data, reference_scores
+    from tests.reference import make_reference
+    from tests.support.compare import assert_scores_match
+
+    params = {name: 0.0 for name in off}
+    rng, X, y = data(21, loss, n=120, d=6, log10_scale=(-1.0, 1.0))
+    K = 3 if loss == "softmax" else 1
+    ref = make_reference("scinol-mix", X.shape[1] + 1, loss, K, **params)
+    rows = [ref.step([1.0] + x.tolist(), float(label)) for x, label in zip(X, y)]
+    want = np.array([r[0] for r in rows]).reshape(len(rows), K)
+    scale = np.array([r[1] for r in rows]).reshape(len(rows), K)
+    learner = mix(loss, **params)
+    got, losses = learner.learn(to_csr(X, rng), y, return_losses=True)
+    assert_scores_match(got, want[:, 0] if K == 1 else want, scale[:, 0] if K == 1 else scale, 1e-12)
+    names = {"kt": "kt-coord"}
+    left = [e for e in EXPERTS if e not in {names.get(o, o) for o in off}]
+    L = np.array([learner.state.scalars[f"L_{e}"] for e in left])
+    assert losses.sum() == pytest.approx(-(np.logaddexp.reduce(-L) - math.log(len(left))), rel=1e-10)
+    pi = learner.algorithm.expert_weights(learner.state)
+    assert pi.sum() == pytest.approx(1.0) and all(pi[EXPERTS.index(names.get(o, o))] == 0.0 for o in off)
+
+
+def _reference_run(loss, X, y, **params):
+    from tests.reference import make_reference
+
+    K = 3 if loss == "softmax" else 1
+    ref = make_reference("scinol-mix", X.shape[1] + 1, loss, K, **params)
+    rows = [ref.step([1.0] + x.tolist(), float(label)) for x, label in zip(X, y)]
+    shape = (len(rows), K)
+    return np.array([r[0] for r in rows]).reshape(shape), np.array([r[1] for r in rows]).reshape(shape)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "softmax"])
+@pytest.mark.parametrize("off", [(), ("scinol1", "kotlowski1")])
+def test_averaged_iterates_score_unlabelled_rows_as_the_reference(loss, off):
+    """average=1: an unlabelled row is scored with (1/T) Σ_{t≤T} w_t of each
+    base (the reference keeps every iterate; the kernel sums lazily)."""
+    from tests.learners.test_contract import data
+    from tests.support.compare import assert_scores_match
+
+    params = {"average": 1.0, **{name: 0.0 for name in off}}
+    rng, X, y = data(31, loss, n=150, d=6, log10_scale=(-1.0, 1.0))
+    y[::4] = np.nan
+    y[:3] = np.nan  # before any learning: the mean of no iterates is 0
+    want, scale = _reference_run(loss, X, y, **params)
+    got = mix(loss, **params).learn(to_csr(X, rng), y)
+    K = want.shape[1]
+    assert_scores_match(got, want[:, 0] if K == 1 else want, scale[:, 0] if K == 1 else scale, 1e-10)
+    online = mix(loss, **{name: 0.0 for name in off}).learn(X, y)
+    labelled = ~np.isnan(y)
+    np.testing.assert_array_equal(mix(loss, **params).learn(X, y)[labelled], online[labelled])  # progressive: online
+    assert not np.allclose(got[~labelled][3:], online[~labelled][3:])  # test-time rows do change
+
+
+def test_averaged_mixture_shards_and_checkpoints(tmp_path):
+    from learners import make_algorithm
+    from learners.sharding import ShardedLearner
+
+    X, y = stream(32, "logistic", "random", n=300)
+    y[::5] = np.nan
+    single = mix("logistic", average=1.0)
+    want = single.learn(X, y)
+    sharded = ShardedLearner(make_algorithm("scinol-mix", average=1.0), "logistic", 3)
+    np.testing.assert_allclose(sharded.learn(to_csr(X), y), want, rtol=1e-9, atol=1e-12)
+    head = mix("logistic", average=1.0)
+    head.learn(X[:120], y[:120])
+    head.save(str(tmp_path / "m.scinol"))
+    tail = OnlineLearner.load(str(tmp_path / "m.scinol")).learn(X[120:], y[120:])
+    np.testing.assert_array_equal(tail, want[120:])
