@@ -125,7 +125,20 @@ class RunConfig:
         if self.exactly_once and self.shards is not None:
             raise ValueError("--exactly-once works in exact mode only (sharded mode writes its predictions at "
                              "least once)")
+        if self.shards is not None and self.beam_runner().lower() in ("prismrunner", "prism"):
+            raise ValueError("--shards does not run on Prism: its feedback loop stalls there (measured: 1 prediction "
+                             "for 40 events, the feedback of the rest missing); use --runner direct or flink")
         self.registry()  # bad registry settings (ValueError) fail here
+
+    def beam_runner(self) -> str:
+        """The runner the pass-through Beam flags name ('' for the default)."""
+        args = list(self.beam_args)
+        for i, arg in enumerate(args):
+            if arg.startswith("--runner="):
+                return arg.split("=", 1)[1]
+            if arg == "--runner" and i + 1 < len(args):
+                return args[i + 1]
+        return ""
 
     @property
     def dlq_topic(self) -> str:

@@ -126,3 +126,14 @@ def test_a_bounded_run_never_uses_flinks_batch_mode_even_with_beam_flags_alone(t
     assert runner == "FlinkRunner" and options.view_as(StandardOptions).streaming
     options, _ = pipeline_options(config("127.0.0.1:9092", "t", tmp_path))
     assert not options.view_as(StandardOptions).streaming
+
+
+def test_sharded_mode_on_prism_is_refused_in_one_line(tmp_path, capsys):
+    """Measured: on Prism sharded mode's feedback loop stalls (1 prediction
+    for 40 events); the run is refused before it starts."""
+    from pipelines.cli.main import main
+
+    code = main(["run", "--bootstrap", "127.0.0.1:1", "--topic", "t", "--predictions-topic", "t.pred", "--bounded",
+                 "--shards", "2", "--runner", "prism"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--shards does not run on Prism" in err, err
