@@ -108,7 +108,7 @@ class ModelRunner:
             return []
         events = [e for _, e in items]
         if self.pending is not None:
-            events = [self._with_early_label(e) for e in events]
+            events = [self.pending.with_early_label(e) for e in events]
         rows, y = learner_rows(events, self.learner)
         version = self.learner.n_examples
         scores, losses = self.learner.learn(rows, y, event_weights(events), return_losses=True)
@@ -126,15 +126,6 @@ class ModelRunner:
         self.events += len(items)
         self._since_checkpoint += len(items)
         return out
-
-    def _with_early_label(self, event: dict) -> dict:
-        if event.get("label") is not None:
-            return event
-        early = self.pending.take_early_label(event["id"], int(millis(event["timestamp"])))
-        if early is None:
-            return event
-        # the label's weight when it has one (NaN: none), as for a label that comes later
-        return {**event, "label": early.label, **({} if early.weight != early.weight else {"weight": early.weight})}
 
     def _hold_unlabelled(self, items, events, records, scores, rows) -> None:
         indptr, indices, data = rows[:3]

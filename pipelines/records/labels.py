@@ -38,6 +38,7 @@ import numpy as np
 from pipelines.kafka.consumer import KafkaMessage
 from schemas.reasons import BAD_LABEL, LABEL_DUPLICATE, LABEL_EXPIRED, LABEL_UNKNOWN_EVENT
 
+from .predictions import millis
 from .validation import check_label_and_weight
 
 LABELLED, EXPIRED, TOO_LATE = 1, 2, 3  # what happened to an event that left the store
@@ -121,6 +122,16 @@ class PendingStore:
             return None
         self._forget(event_id, LABELLED)
         return early
+
+    def with_early_label(self, event: dict) -> dict:
+        """``event`` with the label that came before it, if one did in time
+        (its weight too when it has one: NaN means none), else ``event``."""
+        if event.get("label") is not None:
+            return event
+        early = self.take_early_label(event["id"], int(millis(event["timestamp"])))
+        if early is None:
+            return event
+        return {**event, "label": early.label, **({} if early.weight != early.weight else {"weight": early.weight})}
 
     def add_event(self, event_id: str, waiting: Waiting) -> None:
         """Hold an unlabelled event (predicted) until its label comes (unless

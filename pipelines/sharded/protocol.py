@@ -126,7 +126,7 @@ class Router:
         if not items:
             return per_shard, skipped
         if self.pending is not None:
-            items = [(pos, self._with_early_label(event)) for pos, event in items]
+            items = [(pos, self.pending.with_early_label(event)) for pos, event in items]
         indptr, indices, data, y = self._rows([e for _, e in items])
         coords = indices + self.bias
         for i, (pos, event) in enumerate(items):
@@ -172,15 +172,6 @@ class Router:
             if self.bias and s == self.bias_shard:  # the constant feature, coordinate 0
                 cs, vs = np.concatenate([[0], cs]), np.concatenate([np.ones(1), vs])
             per_shard[s].append(Slice(self.seq, event_id, cs, vs, learning, head if s == 0 else None))
-
-    def _with_early_label(self, event: dict) -> dict:
-        """The event with the label that came before it, if one did in time (as exact mode)."""
-        if event.get("label") is not None:
-            return event
-        early = self.pending.take_early_label(event["id"], int(millis(event["timestamp"])))
-        if early is None:
-            return event
-        return {**event, "label": early.label, **({} if early.weight != early.weight else {"weight": early.weight})}
 
     def _hold(self, pos, event: dict, coords: np.ndarray, values: np.ndarray) -> None:
         """Keep an unlabelled event's hashed (and crossed) coordinates for

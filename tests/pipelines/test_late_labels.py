@@ -33,6 +33,19 @@ def unlabelled(events):
     return [{**e, "label": None} for e in events]
 
 
+def produce_delayed(bootstrap, topic, n, max_delay, seed):
+    """``n`` toy events to ``topic`` without their labels, and the labels to
+    ``topic.labels``, each due 0..``max_delay`` events after its event and
+    produced in the order they fall due; returns (X, y, event ids)."""
+    X, y, events = toy_stream(n)
+    ids = [e["id"] for e in events]
+    due = np.arange(n) + np.random.default_rng(seed).integers(0, max_delay, size=n)
+    arrival = np.argsort(due, kind="stable")
+    produce_events(bootstrap, topic, unlabelled(events), partitions=1, progress=False)
+    produce_labels(bootstrap, topic + ".labels", [(ids[i], y[i], T0 + int(due[i])) for i in arrival])
+    return X, y, ids
+
+
 def learning_order(predictions):
     """The events in the order the model learned them: the prediction records
     that carry a label (a late label's record is written when it is learned)."""

@@ -10,7 +10,7 @@ from pipelines.launch import run
 from pipelines.records.topics import produce_events, read_records
 from pipelines.state.cuts import CutStore
 from schemas.codec import Codec
-from tests.pipelines.test_late_labels import (T0, assert_same_state, learning_order, produce_labels,
+from tests.pipelines.test_late_labels import (T0, produce_delayed, assert_same_state, learning_order, produce_labels,
                                               reference_after, unlabelled)
 from tests.support.runs import config, toy_stream
 
@@ -136,12 +136,7 @@ def test_killed_mid_stream_resumes_from_a_cut_with_its_waiting_events(kafka_boot
     import time
 
     n = 600
-    X, y, events = toy_stream(n)
-    ids = [e["id"] for e in events]
-    due = np.arange(n) + np.random.default_rng(5).integers(0, 300, size=n)
-    arrival = np.argsort(due, kind="stable")
-    produce_events(kafka_bootstrap, topic_name, unlabelled(events), partitions=1, progress=False)
-    produce_labels(kafka_bootstrap, topic_name + ".labels", [(ids[i], y[i], T0 + int(due[i])) for i in arrival])
+    X, y, ids = produce_delayed(kafka_bootstrap, topic_name, n, 300, seed=5)
     ckpt = tmp_path / "ckpt"
 
     def command(predictions):

@@ -4,17 +4,14 @@ their labels arrived, as on the FnApiRunner."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from pipelines.launch import run
-from pipelines.records.topics import produce_events
 from pipelines.state.checkpoints import CheckpointStore
 from pipelines.state.cuts import CutStore
-from tests.pipelines.test_late_labels import (T0, assert_same_state, learning_order, produce_labels,
-                                              reference_after, unlabelled)
+from tests.pipelines.test_late_labels import assert_same_state, learning_order, produce_delayed, reference_after
 from tests.runners.test_flink_scinol import apache_kafka, flink_args, predictions_of  # noqa: F401 - a fixture
-from tests.support.runs import config, toy_stream
+from tests.support.runs import config
 
 pytestmark = [pytest.mark.flink, pytest.mark.slow]
 
@@ -23,13 +20,7 @@ pytestmark = [pytest.mark.flink, pytest.mark.slow]
 def test_late_labels_on_embedded_flink_learn_in_label_arrival_order(apache_kafka, topic_name, tmp_path,  # noqa: F811
                                                                     flink_job_server_jar, shards):
     kafka_bootstrap = apache_kafka.bootstrap
-    n = 80
-    X, y, events = toy_stream(n)
-    ids = [e["id"] for e in events]
-    due = np.arange(n) + np.random.default_rng(2).integers(0, 40, size=n)
-    arrival = np.argsort(due, kind="stable")
-    produce_events(kafka_bootstrap, topic_name, unlabelled(events), partitions=1, progress=False)
-    produce_labels(kafka_bootstrap, topic_name + ".labels", [(ids[i], y[i], T0 + int(due[i])) for i in arrival])
+    X, y, ids = produce_delayed(kafka_bootstrap, topic_name, 80, 40, seed=2)
     sharded = {} if shards is None else {"shards": shards, "max_staleness": 0}
     # sharded: one Kafka round trip per event at staleness 0; short bundles keep it quick
     cfg = config(kafka_bootstrap, topic_name, tmp_path, labels_topic=topic_name + ".labels", max_batch=20,

@@ -4,15 +4,11 @@ arrived, as on the FnApiRunner and Flink."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from pipelines.launch import run
-from pipelines.records.topics import produce_events
 from pipelines.runners.options import prism_args
 from pipelines.state.checkpoints import CheckpointStore
-from tests.pipelines.test_late_labels import (T0, assert_same_state, learning_order, produce_labels,
-                                              reference_after, unlabelled)
-from tests.support.runs import config, toy_stream
+from tests.pipelines.test_late_labels import assert_same_state, learning_order, produce_delayed, reference_after
+from tests.support.runs import config
 from tests.support.trialkit import read_topic
 
 
@@ -20,13 +16,7 @@ def test_late_labels_on_prism_learn_in_label_arrival_order(apache_kafka_bootstra
                                                            prism_binary):
     # Apache Kafka: reading the predictions back from tansu stopped short of its end (its end offsets lag)
     bootstrap = apache_kafka_bootstrap
-    n = 80
-    X, y, events = toy_stream(n)
-    ids = [e["id"] for e in events]
-    due = np.arange(n) + np.random.default_rng(3).integers(0, 40, size=n)
-    arrival = np.argsort(due, kind="stable")
-    produce_events(bootstrap, topic_name, unlabelled(events), partitions=1, progress=False)
-    produce_labels(bootstrap, topic_name + ".labels", [(ids[i], y[i], T0 + int(due[i])) for i in arrival])
+    X, y, ids = produce_delayed(bootstrap, topic_name, 80, 40, seed=3)
     cfg = config(bootstrap, topic_name, tmp_path, labels_topic=topic_name + ".labels", max_batch=20,
                  beam_args=prism_args(prism_binary))
     run(cfg)
