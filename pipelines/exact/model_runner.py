@@ -16,10 +16,13 @@ from learners import OnlineLearner
 from learners.interactions import NamespacedRows
 from learners.losses import losses_of, prepare_labels
 from pipelines.records.dead_letters import dead_letter
+from pipelines.records.columnar import prediction_values
 from pipelines.records.events import learner_rows
 from pipelines.records.labels import PendingStore, Source, Waiting
-from pipelines.records.predictions import ProgressiveMetrics, labelled_prediction, millis, prediction_record, readings
+from pipelines.records.predictions import (ProgressiveMetrics, labelled_prediction, millis, prediction_record,
+                                           reading_arrays, readings)
 from pipelines.state.checkpoints import CheckpointStore
+from schemas.codec import Codec
 
 
 def event_weights(events: list[dict]) -> np.ndarray | None:
@@ -103,9 +106,42 @@ class ModelRunner:
         Prediction record per event not already covered by the state (those
         of :meth:`fresh`, in order). With delayed labels, an unlabelled event
         waits for its label (or takes the one that came first)."""
+        done = self._predict_learn(items)
+        if done is None:
+            return []
+        fresh, events, p = done
+        prob, klass = readings(self.learner.loss, p["scores"])
+        return [prediction_record(event, self.model, p["versions"][i], row, prob[i], klass[i], p["losses"][i],
+                                  p["now_ms"], pos)
+                for i, ((pos, _), event, row) in enumerate(zip(fresh, events, p["scores"].tolist()))]
+
+    def process_encoded(self, items: list[tuple], codec: Codec, topic: str | None) -> list[bytes]:
+        """:meth:`process`, the Prediction records encoded for ``topic`` as
+        ``codec.encode`` encodes them; the whole batch in one compiled call
+        (:func:`pipelines.records.columnar.prediction_values`) unless that
+        cannot give the same bytes, then record by record."""
+        done = self._predict_learn(items)
+        if done is None:
+            return []
+        fresh, events, p = done
+        prob, klass = reading_arrays(self.learner.loss, p["scores"])
+        values = prediction_values(codec, topic, self.model, fresh, events, probability=prob, klass=klass, **p)
+        if values is not None:
+            return values
+        prob, klass = readings(self.learner.loss, p["scores"])
+        return [codec.encode("scinol.Prediction", prediction_record(
+                    event, self.model, p["versions"][i], row, prob[i], klass[i], p["losses"][i], p["now_ms"], pos),
+                    topic)
+                for i, ((pos, _), event, row) in enumerate(zip(fresh, events, p["scores"].tolist()))]
+
+    def _predict_learn(self, items: list[tuple]) -> tuple[list, list, dict] | None:
+        """Predict then learn the fresh events of ``items``; returns (those
+        items, their events, with any early label, and the columns of their
+        predictions: scores, versions, losses, now_ms), None when none is
+        fresh."""
         items = self.fresh(items)
         if not items:
-            return []
+            return None
         events = [e for _, e in items]
         if self.pending is not None:
             events = [self._with_early_label(e) for e in events]
@@ -116,16 +152,13 @@ class ModelRunner:
         now_ms = time.time() * 1000.0
         labelled = ~np.isnan(y)
         versions = version + np.concatenate([[0], np.cumsum(labelled)[:-1]])
-        prob, klass = readings(self.learner.loss, scores)
-        out = [prediction_record(event, self.model, versions[i], row, prob[i], klass[i], losses[i], now_ms, pos)
-               for i, ((pos, _), event, row) in enumerate(zip(items, events, scores.tolist()))]
         if self.pending is not None:
-            self._hold_unlabelled(items, events, out, scores, rows)
+            self._hold_unlabelled(items, events, versions, now_ms, scores, rows)
         self._covered(items)
         self.metrics.count(scores, y, losses)
         self.events += len(items)
         self._since_checkpoint += len(items)
-        return out
+        return items, events, {"scores": scores, "versions": versions, "losses": losses, "now_ms": now_ms}
 
     def _with_early_label(self, event: dict) -> dict:
         if event.get("label") is not None:
@@ -136,14 +169,14 @@ class ModelRunner:
         # the label's weight when it has one (NaN: none), as for a label that comes later
         return {**event, "label": early.label, **({} if early.weight != early.weight else {"weight": early.weight})}
 
-    def _hold_unlabelled(self, items, events, records, scores, rows) -> None:
+    def _hold_unlabelled(self, items, events, versions, now_ms, scores, rows) -> None:
         indptr, indices, data = rows[:3]
         spaces = rows[3] if len(rows) > 3 else None  # namespaces, when the learner crosses features
         for i, event in enumerate(events):
             if event.get("label") is None:
                 lo, hi = indptr[i], indptr[i + 1]
                 self.pending.add_event(event["id"], Waiting(
-                    int(millis(event["timestamp"])), records[i]["model_version"], records[i]["latency_ms"],
+                    int(millis(event["timestamp"])), int(versions[i]), now_ms - millis(event["timestamp"]),
                     scores[i].copy(), indices[lo:hi].copy(), data[lo:hi].copy(), event.get("weight") or 1.0,
                     Source(*items[i][0][:3], getattr(items[i][0], "key", None)),
                     None if spaces is None else spaces[lo:hi].copy()))
