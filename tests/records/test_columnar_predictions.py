@@ -118,3 +118,33 @@ def test_runner_encoded_predictions_are_its_records(loss, n_classes, late):
     if late:
         assert sorted(fast.pending.events) == sorted(plain.pending.events)
         assert [w.version for w in fast.pending.events.values()] == [w.version for w in plain.pending.events.values()]
+
+
+def test_an_older_registered_prediction_schema_takes_the_per_record_path(schema_registry):
+    """A registry whose subject holds Prediction version 1 (no source
+    fields) and a codec that does not register (--no-auto-register, so it
+    writes the subject's latest): the compiled layout (version 2) does not
+    apply, so the values are the codec's, with the registered id and
+    without the source."""
+    import json
+    import uuid
+
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    from schemas.catalog import load_schema
+    from schemas.registry import Registry
+
+    topic = f"preds-{uuid.uuid4().hex[:8]}"
+    client = SchemaRegistryClient({"url": schema_registry.url, **schema_registry.config})
+    sid = client.register_schema(f"{topic}-value", Schema(json.dumps(load_schema("scinol.Prediction", 1)), "AVRO"))
+    codec = Codec(Registry(schema_registry.url, schema_registry.config, auto_register=False))
+    events = random_events(np.random.default_rng(1), 6, "dense", None, "logistic")
+    items = [(Position("events", 0, i), e) for i, e in enumerate(events)]
+    scores = np.zeros((6, 1))
+    assert prediction_values(codec, topic, "m", items, events, versions=np.zeros(6, np.int64), scores=scores,
+                             losses=np.full(6, np.nan), probability=None, klass=None, now_ms=0.0) is None
+    values = ModelRunner("m", lambda: make_learner("scinol2", "logistic")).process_encoded(items, codec, topic)
+    assert [int.from_bytes(v[1:5], "big") for v in values] == [sid] * 6
+    decoded = [codec.decode(v) for v in values]
+    assert [d["event_id"] for d in decoded] == [e["id"] for e in events]
+    assert all(d.get("source_topic") is None for d in decoded)
