@@ -6,6 +6,7 @@ checkpoint it. No Beam here: the stateful DoFn of
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from typing import Callable, NamedTuple
@@ -94,10 +95,23 @@ class ModelRunner:
         return PendingStore.from_arrays(aux, self.labels.ttl_ms, self.labels.max_pending, self.labels.topic)
 
     def fresh(self, items: list[tuple]) -> list[tuple]:
-        """The (position or message, record) pairs the state does not cover yet."""
-        return [(m, r) for m, r in items if m.offset >= self.offsets.get((m.topic, m.partition), 0)]
+        """The (position or message, record) pairs the state does not cover
+        yet; for a batch of one partition (a ModelBatch with a ``source``)
+        the ones from the first offset not covered on, found by bisection."""
+        source = getattr(items, "source", None)
+        if source is None:
+            return [(m, r) for m, r in items if m.offset >= self.offsets.get((m.topic, m.partition), 0)]
+        covered = self.offsets.get(source, 0)
+        if not items or items[0][0].offset >= covered:
+            return items
+        k = bisect.bisect_left(items, covered, key=lambda item: item[0].offset)
+        return type(items)(items[k:], start=items.start, source=source)
 
     def _covered(self, items: list[tuple]) -> None:
+        source = getattr(items, "source", None)
+        if source is not None and items:  # one partition, in offset order: the last offset says it all
+            self.offsets[source] = items[-1][0].offset + 1
+            return
         for msg, _ in items:
             self.offsets[(msg.topic, msg.partition)] = msg.offset + 1
 
