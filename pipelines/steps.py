@@ -45,6 +45,33 @@ class ModelBatch(list):
 class EventBatch(ModelBatch):
     """(Position, Event record) pairs of one model."""
 
+    def __reduce_ex__(self, protocol):
+        """Rows of one decoded batch of columns from one partition cross
+        Beam's steps as that batch (pickled once) and arrays of row numbers,
+        offsets and keys, not as a pickled pair of objects per event."""
+        compact = _compact(self) if self.source is not None else None
+        if compact is None:
+            return super().__reduce_ex__(protocol)
+        return _event_batch, (*compact, self.start, self.source)
+
+
+def _compact(batch: EventBatch) -> tuple | None:
+    """(columns, row numbers, offsets, keys) of a batch of ColumnarEvents of one batch of columns, else None."""
+    cols = getattr(batch[0][1], "cols", None) if batch else None
+    if cols is None:
+        return None
+    try:
+        rows = np.fromiter((e.i for _, e in batch if e.cols is cols), np.int64, len(batch))
+    except (AttributeError, ValueError):  # not all ColumnarEvents, or of other batches
+        return None
+    return cols, rows, np.fromiter((p.offset for p, _ in batch), np.int64, len(batch)), [p.key for p, _ in batch]
+
+
+def _event_batch(cols, rows, offsets, keys, start, source) -> EventBatch:
+    topic, partition = source
+    return EventBatch(((Position(topic, partition, o, k), ColumnarEvent(cols, i))
+                       for o, k, i in zip(offsets.tolist(), keys, rows.tolist())), start=start, source=source)
+
 
 class LabelBatch(ModelBatch):
     """(message, Label record) pairs of one model, from the labels topic."""
