@@ -70,6 +70,10 @@ class RunConfig:
     columnar_decode: bool = True
     """Exact mode decodes each batch of messages in one compiled call (pipelines.records.columnar);
     False: one codec call per message (the same results, slower; kept to measure against)."""
+    columnar_encode: bool = True
+    """Exact mode encodes each batch's Prediction records in one compiled call
+    (pipelines.records.columnar.prediction_values); False: one dict and one codec call per
+    prediction (the same bytes, slower; kept to measure against)."""
     stop_after: int | None = None
     progress_seconds: float | None = 5.0
     beam_args: list = field(default_factory=list)

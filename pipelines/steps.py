@@ -32,19 +32,57 @@ class Position(NamedTuple):
 class ModelBatch(list):
     """One model's part of a batch of messages, in offset order; ``start``:
     the first offset of the whole batch (every model's parts of earlier
-    batches of the partition reach a keyed step before this one)."""
+    batches of the partition reach a keyed step before this one);
+    ``source``: (topic, partition) of every item when all are of one
+    partition (as the Kafka reader's batches are), else None."""
 
-    def __init__(self, items=(), start: int = 0):
+    def __init__(self, items=(), start: int = 0, source: tuple[str, int] | None = None):
         super().__init__(items)
         self.start = start
+        self.source = source
 
 
 class EventBatch(ModelBatch):
     """(Position, Event record) pairs of one model."""
 
+    def __reduce_ex__(self, protocol):
+        """Rows of one decoded batch of columns from one partition cross
+        Beam's steps as that batch (pickled once) and arrays of row numbers,
+        offsets and keys, not as a pickled pair of objects per event."""
+        compact = _compact(self) if self.source is not None else None
+        if compact is None:
+            return super().__reduce_ex__(protocol)
+        return _event_batch, (*compact, self.start, self.source)
+
+
+def _compact(batch: EventBatch) -> tuple | None:
+    """(columns, row numbers, offsets, keys) of a batch of ColumnarEvents of one batch of columns, else None."""
+    cols = getattr(batch[0][1], "cols", None) if batch else None
+    if cols is None:
+        return None
+    try:
+        rows = np.fromiter((e.i for _, e in batch if e.cols is cols), np.int64, len(batch))
+    except (AttributeError, ValueError):  # not all ColumnarEvents, or of other batches
+        return None
+    return cols, rows, np.fromiter((p.offset for p, _ in batch), np.int64, len(batch)), [p.key for p, _ in batch]
+
+
+def _event_batch(cols, rows, offsets, keys, start, source) -> EventBatch:
+    topic, partition = source
+    return EventBatch(((Position(topic, partition, o, k), ColumnarEvent(cols, i))
+                       for o, k, i in zip(offsets.tolist(), keys, rows.tolist())), start=start, source=source)
+
 
 class LabelBatch(ModelBatch):
     """(message, Label record) pairs of one model, from the labels topic."""
+
+
+def _origin(batch: list) -> tuple[int, tuple[str, int] | None]:
+    """(first offset, (topic, partition)) of a batch from the Kafka reader:
+    one partition, in offset order (pipelines.beam_io.read)."""
+    if not batch:
+        return 0, None
+    return batch[0].offset, (batch[0].topic, batch[0].partition)
 
 
 class DecodeEvents(beam.DoFn):
@@ -93,7 +131,7 @@ class DecodeEvents(beam.DoFn):
             yield from self._columnar(batch)
             return
         by_model: dict[str, EventBatch] = {}
-        start = batch[0].offset if batch else 0
+        start, source = _origin(batch)
         for msg in batch:
             event, problem = self._screen(msg)
             if problem is not None:
@@ -103,7 +141,7 @@ class DecodeEvents(beam.DoFn):
                 continue
             items = by_model.get(event["model"])
             if items is None:
-                items = by_model[event["model"]] = EventBatch(start=start)
+                items = by_model[event["model"]] = EventBatch(start=start, source=source)
             items.append((Position(msg.topic, msg.partition, msg.offset, msg.key), event))
         self.events.inc(len(batch))
         if self.guard is not None:
@@ -121,13 +159,13 @@ class DecodeEvents(beam.DoFn):
             self.dead.inc()
             Metrics.counter(NAMESPACE, f"dead_letters_{reason}").inc()
             yield beam.pvalue.TaggedOutput(self.DEAD, dead_letter(batch[i], reason, detail))
-        start = batch[0].offset if batch else 0
+        start, source = _origin(batch)
         parts: dict[int, EventBatch] = {}
         for i, (msg, code) in enumerate(zip(batch, cols.model_code.tolist())):
             if i not in dead:
                 items = parts.get(code)
                 if items is None:
-                    items = parts[code] = EventBatch(start=start)
+                    items = parts[code] = EventBatch(start=start, source=source)
                 items.append((Position(msg.topic, msg.partition, msg.offset, msg.key), ColumnarEvent(cols, i)))
         self.events.inc(len(batch))
         if self.guard is not None:
@@ -154,7 +192,7 @@ class DecodeEvents(beam.DoFn):
     def _labels(self, batch):
         cfg = self.cfg
         by_model: dict[str, LabelBatch] = {}
-        start = batch[0].offset
+        start, source = _origin(batch)
         for msg in batch:
             record, problem = screen_label(self.codec, msg.value, cfg.learner.loss, cfg.learner.n_classes,
                                            cfg.max_message_bytes)
@@ -163,7 +201,7 @@ class DecodeEvents(beam.DoFn):
                 Metrics.counter(NAMESPACE, f"dead_letters_{problem[0]}").inc()
                 yield beam.pvalue.TaggedOutput(self.DEAD, dead_letter(msg, *problem))
                 continue
-            by_model.setdefault(record["model"], LabelBatch(start=start)).append((msg, record))
+            by_model.setdefault(record["model"], LabelBatch(start=start, source=source)).append((msg, record))
         Metrics.counter(NAMESPACE, "labels").inc(len(batch))
         yield from by_model.items()
 

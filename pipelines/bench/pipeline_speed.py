@@ -5,7 +5,10 @@ produces the same predictions without Beam (the ceiling). Used by
 
 ``python -m pipelines.bench.pipeline_speed`` prints what late labels (a
 labels topic) and ``-q`` crosses cost the same pipeline, each beside its
-same-run baseline (:func:`late_label_cases`)."""
+same-run baseline (:func:`late_label_cases`); with ``--encode`` what encoding
+each batch's predictions in one compiled call gives, dense and sparse, beside
+the per-record encoding and the plain loop, all in the same run
+(:func:`encode_cases`)."""
 
 from __future__ import annotations
 
@@ -81,6 +84,38 @@ def throughput(broker, name, events, n):
     if got != n:
         raise RuntimeError(f"pipeline wrote {got} predictions for {n} events")
     return n / elapsed, plain_loop(broker.bootstrap, topic, n)
+
+
+def encode_cases(broker, n: int, repeats: int) -> list[dict]:
+    """Per data kind (toy dense, sparse): events/s of the plain loop and of
+    bounded exact-mode runs encoding predictions record by record and by
+    batch (RunConfig.columnar_encode), whole-run wall time, best of
+    ``repeats``; the three take turns, so a busy machine slows all alike."""
+    from learners.datasets import toy_examples
+
+    from pipelines.config import LearnerConfig, RunConfig
+    from pipelines.records.events import dense_events
+    from pipelines.records.topics import produce_events
+
+    X, y = toy_examples(n, 0)
+    rows = []
+    for kind, events in (("dense", dense_events(X, y, "t-")), ("sparse", sparse_events(n))):
+        topic = f"bench.encode.{kind}"
+        produce_events(broker.bootstrap, topic, events, partitions=1, total=n, progress=False)
+        best = {"plain loop": 0.0, "per-record encode": 0.0, "columnar encode": 0.0}
+        for k in range(repeats):
+            best["plain loop"] = max(best["plain loop"], plain_loop(broker.bootstrap, topic, n))
+            for what, columnar in (("per-record encode", False), ("columnar encode", True)):
+                cfg = RunConfig(bootstrap=broker.bootstrap, topic=topic, predictions_topic=f"{topic}.{k}.{columnar}",
+                                bounded=True, learner=LearnerConfig("scinol2", "logistic", hash_bits=20),
+                                progress_seconds=None, max_batch=5000, columnar_encode=columnar)
+                seconds, written = _run_timed(cfg)
+                if written != n:
+                    raise RuntimeError(f"the run wrote {written} predictions for {n} events")
+                best[what] = max(best[what], n / seconds)
+        rows += [{"data": kind, "what": what, "events_per_s": rate, "vs_plain": rate / best["plain loop"]}
+                 for what, rate in best.items()]
+    return rows
 
 
 # -- what late labels and -q cost the pipeline (exact mode, Kafka in and out)
@@ -202,11 +237,23 @@ def main(argv=None) -> None:
     ap.add_argument("--events", type=int, default=100_000)
     ap.add_argument("--delay", type=int, default=10_000, help="labels arrive U{0..DELAY} events late")
     ap.add_argument("--repeats", type=int, default=2, help="best of this many runs of each case")
+    ap.add_argument("--encode", action="store_true",
+                    help="instead: per-record vs columnar prediction encoding, dense and sparse, beside the plain loop")
     args = ap.parse_args(argv)
     if args.events < 1 or args.delay < 0 or args.repeats < 1:
         print("usage: --events and --repeats at least 1, --delay at least 0", file=sys.stderr)
         raise SystemExit(2)
     start = time.perf_counter()
+    if args.encode:
+        with EmbeddedBroker() as broker:
+            rows = encode_cases(broker, args.events, args.repeats)
+        print(f"exact-mode pipeline, embedded broker, {args.events:,} events, best of {args.repeats}; "
+              f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+        print(f"{'data':<8}{'path':<20}{'events/s':>10}{'vs plain loop':>15}")
+        for r in rows:
+            print(f"{r['data']:<8}{r['what']:<20}{r['events_per_s']:>10,.0f}{r['vs_plain']:>14.2f}x")
+        print(f"wall time {time.perf_counter() - start:.0f} s")
+        return
     with EmbeddedBroker() as broker:
         rows = late_label_cases(broker, args.events, args.delay, args.repeats)
     base = {"labels inline": rows[0]["events_per_s"], "named features, no crosses": rows[2]["events_per_s"]}

@@ -6,6 +6,7 @@ checkpoint it. No Beam here: the stateful DoFn of
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from typing import Callable, NamedTuple
@@ -16,10 +17,13 @@ from learners import OnlineLearner
 from learners.interactions import NamespacedRows
 from learners.losses import losses_of, prepare_labels
 from pipelines.records.dead_letters import dead_letter
+from pipelines.records.columnar import prediction_values
 from pipelines.records.events import learner_rows
 from pipelines.records.labels import PendingStore, Source, Waiting
-from pipelines.records.predictions import ProgressiveMetrics, labelled_prediction, millis, prediction_record, readings
+from pipelines.records.predictions import (ProgressiveMetrics, labelled_prediction, millis, prediction_record,
+                                           reading_arrays, readings)
 from pipelines.state.checkpoints import CheckpointStore
+from schemas.codec import Codec
 
 
 def event_weights(events: list[dict]) -> np.ndarray | None:
@@ -91,10 +95,23 @@ class ModelRunner:
         return PendingStore.from_arrays(aux, self.labels.ttl_ms, self.labels.max_pending, self.labels.topic)
 
     def fresh(self, items: list[tuple]) -> list[tuple]:
-        """The (position or message, record) pairs the state does not cover yet."""
-        return [(m, r) for m, r in items if m.offset >= self.offsets.get((m.topic, m.partition), 0)]
+        """The (position or message, record) pairs the state does not cover
+        yet; for a batch of one partition (a ModelBatch with a ``source``)
+        the ones from the first offset not covered on, found by bisection."""
+        source = getattr(items, "source", None)
+        if source is None:
+            return [(m, r) for m, r in items if m.offset >= self.offsets.get((m.topic, m.partition), 0)]
+        covered = self.offsets.get(source, 0)
+        if not items or items[0][0].offset >= covered:
+            return items
+        k = bisect.bisect_left(items, covered, key=lambda item: item[0].offset)
+        return type(items)(items[k:], start=items.start, source=source)
 
     def _covered(self, items: list[tuple]) -> None:
+        source = getattr(items, "source", None)
+        if source is not None and items:  # one partition, in offset order: the last offset says it all
+            self.offsets[source] = items[-1][0].offset + 1
+            return
         for msg, _ in items:
             self.offsets[(msg.topic, msg.partition)] = msg.offset + 1
 
@@ -103,9 +120,42 @@ class ModelRunner:
         Prediction record per event not already covered by the state (those
         of :meth:`fresh`, in order). With delayed labels, an unlabelled event
         waits for its label (or takes the one that came first)."""
+        done = self._predict_learn(items)
+        if done is None:
+            return []
+        fresh, events, p = done
+        prob, klass = readings(self.learner.loss, p["scores"])
+        return [prediction_record(event, self.model, p["versions"][i], row, prob[i], klass[i], p["losses"][i],
+                                  p["now_ms"], pos)
+                for i, ((pos, _), event, row) in enumerate(zip(fresh, events, p["scores"].tolist()))]
+
+    def process_encoded(self, items: list[tuple], codec: Codec, topic: str | None) -> list[bytes]:
+        """:meth:`process`, the Prediction records encoded for ``topic`` as
+        ``codec.encode`` encodes them; the whole batch in one compiled call
+        (:func:`pipelines.records.columnar.prediction_values`) unless that
+        cannot give the same bytes, then record by record."""
+        done = self._predict_learn(items)
+        if done is None:
+            return []
+        fresh, events, p = done
+        prob, klass = reading_arrays(self.learner.loss, p["scores"])
+        values = prediction_values(codec, topic, self.model, fresh, events, probability=prob, klass=klass, **p)
+        if values is not None:
+            return values
+        prob, klass = readings(self.learner.loss, p["scores"])
+        return [codec.encode("scinol.Prediction", prediction_record(
+                    event, self.model, p["versions"][i], row, prob[i], klass[i], p["losses"][i], p["now_ms"], pos),
+                    topic)
+                for i, ((pos, _), event, row) in enumerate(zip(fresh, events, p["scores"].tolist()))]
+
+    def _predict_learn(self, items: list[tuple]) -> tuple[list, list, dict] | None:
+        """Predict then learn the fresh events of ``items``; returns (those
+        items, their events, with any early label, and the columns of their
+        predictions: scores, versions, losses, now_ms), None when none is
+        fresh."""
         items = self.fresh(items)
         if not items:
-            return []
+            return None
         events = [e for _, e in items]
         if self.pending is not None:
             events = [self.pending.with_early_label(e) for e in events]
@@ -116,25 +166,22 @@ class ModelRunner:
         now_ms = time.time() * 1000.0
         labelled = ~np.isnan(y)
         versions = version + np.concatenate([[0], np.cumsum(labelled)[:-1]])
-        prob, klass = readings(self.learner.loss, scores)
-        out = [prediction_record(event, self.model, versions[i], row, prob[i], klass[i], losses[i], now_ms, pos)
-               for i, ((pos, _), event, row) in enumerate(zip(items, events, scores.tolist()))]
         if self.pending is not None:
-            self._hold_unlabelled(items, events, out, scores, rows)
+            self._hold_unlabelled(items, events, versions, now_ms, scores, rows)
         self._covered(items)
         self.metrics.count(scores, y, losses)
         self.events += len(items)
         self._since_checkpoint += len(items)
-        return out
+        return items, events, {"scores": scores, "versions": versions, "losses": losses, "now_ms": now_ms}
 
-    def _hold_unlabelled(self, items, events, records, scores, rows) -> None:
+    def _hold_unlabelled(self, items, events, versions, now_ms, scores, rows) -> None:
         indptr, indices, data = rows[:3]
         spaces = rows[3] if len(rows) > 3 else None  # namespaces, when the learner crosses features
         for i, event in enumerate(events):
             if event.get("label") is None:
                 lo, hi = indptr[i], indptr[i + 1]
                 self.pending.add_event(event["id"], Waiting(
-                    int(millis(event["timestamp"])), records[i]["model_version"], records[i]["latency_ms"],
+                    int(millis(event["timestamp"])), int(versions[i]), now_ms - millis(event["timestamp"]),
                     scores[i].copy(), indices[lo:hi].copy(), data[lo:hi].copy(), event.get("weight") or 1.0,
                     Source(*items[i][0][:3], getattr(items[i][0], "key", None)),
                     None if spaces is None else spaces[lo:hi].copy()))

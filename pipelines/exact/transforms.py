@@ -163,12 +163,16 @@ class LearnModels(beam.DoFn):
         runner = self._runner(model, saved, generation)
         if isinstance(items, LabelBatch):
             predictions, keys, answering, dead = runner.process_labels(items)
+            predictions = self._encoded(predictions)
             self._dead_letters(dead)
         else:
             fresh = runner.fresh(items)
             if len(fresh) < len(items):
                 self.skipped.inc(len(items) - len(fresh))
-            predictions = runner.process(fresh)
+            if self.cfg.columnar_encode:
+                predictions = runner.process_encoded(fresh, self.codec, self.cfg.predictions_topic)
+            else:
+                predictions = self._encoded(runner.process(fresh))
             keys = [prediction_key(event, position) for position, event in fresh]
             answering = [position for position, _ in fresh]
         self._saw(items)
@@ -181,19 +185,23 @@ class LearnModels(beam.DoFn):
         self._keep(runner, saved, generation)
         self._report()
 
-    def _write_predictions(self, model: str, items, predictions: list[dict], keys: list, answering: list) -> None:
-        """Predictions to Kafka: queued on the shared producer (at least
-        once), or with ``exactly_once`` in one transaction per batch that
-        also records the batch's input offsets as answered, skipping those
-        a transaction before a restart already committed."""
+    def _encoded(self, records: list[dict]) -> list[bytes]:
         encode, topic = self.codec.encode, self.cfg.predictions_topic
+        return [encode("scinol.Prediction", p, topic) for p in records]
+
+    def _write_predictions(self, model: str, items, predictions: list[bytes], keys: list, answering: list) -> None:
+        """Predictions (encoded Kafka values) to Kafka: queued on the shared
+        producer (at least once), or with ``exactly_once`` in one transaction
+        per batch that also records the batch's input offsets as answered,
+        skipping those a transaction before a restart already committed."""
         if not self.cfg.exactly_once:
-            for p, key in zip(predictions, keys):
-                self.writer.produce(encode("scinol.Prediction", p, topic), key)
+            produce = self.writer.produce
+            for value, key in zip(predictions, keys):
+                produce(value, key)
             self.predictions.inc(len(predictions))
             return
         out = self._transactional(model)
-        messages = [(encode("scinol.Prediction", p, topic), key) for p, key, msg in zip(predictions, keys, answering)
+        messages = [(value, key) for value, key, msg in zip(predictions, keys, answering)
                     if not out.already_written(msg.topic, msg.partition, msg.offset)]
         inputs = {}
         for msg, _ in items:

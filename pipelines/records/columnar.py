@@ -349,3 +349,64 @@ class ColumnarEvent(Mapping):
         except (AttributeError, ValueError):  # not all ColumnarEvents, or of other batches
             return None
         return gather_rows(cols.indptr, cols.indices, cols.values, rows), cols.label[rows]
+
+
+# ---------------------------------------------------------------- a model's batch of predictions as Kafka values
+
+
+def event_arrays(events: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(buf, id_start, id_end, timestamp in ms as float, label, has_label)
+    of a list of Event records, what :func:`encode_predictions` takes:
+    slices of the batch's columns when all are :class:`ColumnarEvent` of
+    one batch, else read record by record (events given a label that came
+    before them, or records of the per-event decoder)."""
+    cols = getattr(events[0], "cols", None) if events else None
+    if cols is not None:
+        try:
+            rows = np.fromiter((e.i for e in events if e.cols is cols), np.int64, len(events))
+        except (AttributeError, ValueError):  # not all ColumnarEvents, or of other batches
+            rows = None
+        if rows is not None:
+            return (cols.buf, cols.id_start[rows], cols.id_end[rows], cols.timestamp[rows].astype(np.float64),
+                    cols.label[rows], cols.has_label[rows])
+    from pipelines.records.predictions import millis
+
+    ids = [e["id"].encode() for e in events]
+    ends = np.cumsum(np.fromiter(map(len, ids), np.int64, len(ids)))
+    labels = [e.get("label") for e in events]
+    has_label = np.fromiter((v is not None for v in labels), np.bool_, len(labels))
+    label = np.array([np.nan if v is None else v for v in labels], np.float64)
+    ts = np.array([millis(e["timestamp"]) for e in events], np.float64)
+    return np.frombuffer(b"".join(ids), np.uint8), ends - np.diff(ends, prepend=0), ends, ts, label, has_label
+
+
+def prediction_values(codec: Codec, topic: str | None, model: str, items: list, events: list, *,
+                      versions: np.ndarray, scores: np.ndarray, losses: np.ndarray, probability, klass,
+                      now_ms: float) -> list[bytes] | None:
+    """The Kafka values of ``prediction_record(events[i], model, versions[i],
+    scores[i], probability[i], klass[i], losses[i], now_ms, items[i][0])``
+    for every i, byte for byte as ``codec.encode("scinol.Prediction", ...,
+    topic)`` writes them, made in one compiled call; None when that call
+    cannot make the same bytes (events read from several topics, a registry
+    whose Prediction schema is not the current one, a partition outside
+    int): the caller encodes the records one by one then."""
+    from schemas.codec import EncodeError
+
+    positions = [pos for pos, _ in items]
+    topics = {pos.topic for pos in positions}
+    if len(topics) != 1:
+        return None
+    buf, id_start, id_end, ts, label, has_label = event_arrays(events)
+    n = len(positions)
+    try:
+        out, offsets = encode_predictions(
+            codec, topic, buf=buf, id_start=id_start, id_end=id_end, model=model, model_version=versions,
+            scores=scores, label=label, has_label=has_label, loss=losses,
+            event_timestamp=ts.astype(np.int64), latency_ms=now_ms - ts, probability=probability,
+            predicted_class=klass, source_topic=topics.pop(),
+            source_partition=np.fromiter((p.partition for p in positions), np.int64, n),
+            source_offset=np.fromiter((p.offset for p in positions), np.int64, n))
+    except EncodeError:
+        return None
+    raw, at = out.tobytes(), offsets.tolist()
+    return [raw[a:b] for a, b in zip(at[:-1], at[1:])]

@@ -26,6 +26,21 @@ def readings(loss: str, scores: np.ndarray) -> tuple[list, list]:
     return [None] * n, [None] * n
 
 
+def reading_arrays(loss: str, scores: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """:func:`readings` as arrays, None for a column null in every row (the
+    probability without a probabilistic loss, the class for regression)."""
+    n = scores.shape[0]
+    if loss == "logistic":
+        return probabilities(loss, scores), np.where(scores[:, 0] > 0, 1, -1)
+    if loss == "softmax":
+        p = probabilities(loss, scores)
+        top = np.argmax(p, axis=1)
+        return p[np.arange(n), top], top
+    if loss in BINARY_LOSSES:
+        return None, np.where(scores[:, 0] > 0, 1, -1)
+    return None, None
+
+
 def millis(ts) -> float:
     """Avro timestamp-millis decodes to a datetime; raw longs stay numbers."""
     if hasattr(ts, "timestamp"):

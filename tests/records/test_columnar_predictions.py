@@ -1,0 +1,173 @@
+"""The exact pipeline's Prediction values made in one compiled call
+(``prediction_values``, ``ModelRunner.process_encoded``) are byte for byte
+the values of the per-record path (``prediction_record`` + ``Codec.encode``)
+on random batches: labelled and unlabelled, weighted, binary, regression
+and multiclass, events of a decoded batch of columns and plain records;
+and the cases it cannot make identical bytes for fall back to that path."""
+
+import numpy as np
+import pytest
+
+from learners import make_learner
+from pipelines.exact.model_runner import LabelSettings, ModelRunner
+from pipelines.records.columnar import EventDecoder, prediction_values
+from pipelines.records.predictions import prediction_record, reading_arrays, readings
+from pipelines.steps import Position
+from schemas.codec import Codec
+
+CODEC = Codec()
+TOPIC = "preds"
+LOSSES = [("logistic", None), ("hinge", None), ("squared", None), ("softmax", 4)]
+
+
+def random_events(rng, n: int, kind: str, n_classes: int | None, loss: str) -> list[dict]:
+    events = []
+    for i in range(n):
+        if kind == "dense":
+            features = {"values": rng.normal(size=5).tolist()}
+        elif kind == "sparse":
+            idx = sorted(rng.choice(1000, size=4, replace=False).tolist())
+            features = {"indices": idx, "values": rng.normal(size=4).tolist()}
+        else:
+            features = {"values": {f"{'ab'[j % 2]}^x{j}": float(rng.normal()) for j in range(3)}}
+        if rng.random() < 0.4:
+            label = None
+        elif n_classes:
+            label = float(rng.integers(n_classes))
+        elif loss == "squared":
+            label = float(rng.normal())
+        else:
+            label = float(rng.choice([-1.0, 1.0]))
+        events.append({"id": f"e-{kind}-{i}-é", "timestamp": 1_700_000_000_000 + int(rng.integers(10**6)),
+                       "model": "m", "features": features, "label": label,
+                       "weight": None if rng.random() < 0.5 else float(rng.uniform(0.1, 3.0))})
+    return events
+
+
+def columnar(events: list[dict], loss: str, n_classes) -> list:
+    """The events as the pipeline's columnar Decode step hands them on."""
+    cols = EventDecoder(CODEC, loss, n_classes).decode([CODEC.encode("scinol.Event", e) for e in events])
+    assert cols.ok.all()
+    from pipelines.records.columnar import ColumnarEvent
+    return [ColumnarEvent(cols, i) for i in range(len(events))]
+
+
+def per_record(model, items, events, versions, scores, losses, loss, now_ms) -> list[bytes]:
+    prob, klass = readings(loss, scores)
+    return [CODEC.encode("scinol.Prediction", prediction_record(
+        e, model, versions[i], scores[i].tolist(), prob[i], klass[i], losses[i], now_ms, items[i][0]), TOPIC)
+        for i, e in enumerate(events)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("loss,n_classes", LOSSES)
+@pytest.mark.parametrize("kind", ["dense", "sparse", "named"])
+@pytest.mark.parametrize("as_columns", [True, False])
+def test_values_are_the_per_record_bytes(seed, loss, n_classes, kind, as_columns):
+    rng = np.random.default_rng(seed)
+    n = 40
+    records = random_events(rng, n, kind, n_classes, loss)
+    events = columnar(records, loss, n_classes) if as_columns else records
+    if not as_columns:
+        events[3] = dict(events[3], label=None)  # a record like one given a label that came before it
+    items = [(Position("events", 2, 1000 + 7 * i, None if i % 3 else b"k"), e) for i, e in enumerate(events)]
+    learner = make_learner("scinol2", loss, n_classes=n_classes)
+    from pipelines.records.events import learner_rows
+    rows, y = learner_rows(events, learner)
+    scores, losses = learner.learn(rows, y, None, return_losses=True)
+    scores = scores.reshape(n, -1)
+    versions = 17 + np.concatenate([[0], np.cumsum(~np.isnan(y))[:-1]])
+    now_ms = 1_700_000_123_456.789
+    prob, klass = reading_arrays(loss, scores)
+    got = prediction_values(CODEC, TOPIC, "m", items, events, versions=versions, scores=scores, losses=losses,
+                            probability=prob, klass=klass, now_ms=now_ms)
+    assert got == per_record("m", items, events, versions, scores, losses, loss, now_ms)
+
+
+def test_events_of_several_topics_take_the_per_record_path():
+    events = random_events(np.random.default_rng(0), 4, "dense", None, "logistic")
+    items = [(Position("a" if i % 2 else "b", 0, i), e) for i, e in enumerate(events)]
+    scores = np.zeros((4, 1))
+    assert prediction_values(CODEC, TOPIC, "m", items, events, versions=np.zeros(4, np.int64), scores=scores,
+                             losses=np.full(4, np.nan), probability=None, klass=None, now_ms=0.0) is None
+    runner = ModelRunner("m", lambda: make_learner("scinol2", "logistic"))
+    values = runner.process_encoded(items, CODEC, TOPIC)
+    assert [CODEC.decode(v)["source_topic"] for v in values] == ["b", "a", "b", "a"]
+
+
+@pytest.mark.parametrize("loss,n_classes", LOSSES)
+@pytest.mark.parametrize("late", [False, True])
+def test_runner_encoded_predictions_are_its_records(loss, n_classes, late):
+    """Two runners fed the same batches, one giving records, one encoded
+    values: the same predictions (latency aside: each reads the clock) and
+    the same events waiting for labels."""
+    rng = np.random.default_rng(5)
+    records = random_events(rng, 300, "dense", n_classes, loss)
+    events = columnar(records, loss, n_classes)
+    items = [(Position("events", 0, i), e) for i, e in enumerate(events)]
+    labels = LabelSettings("labels", 3.6e6, 10_000) if late else None
+    make = lambda: make_learner("scinol2", loss, n_classes=n_classes)  # noqa: E731
+    plain, fast = ModelRunner("m", make, labels=labels), ModelRunner("m", make, labels=labels)
+    for lo in range(0, 300, 64):
+        want = plain.process(items[lo:lo + 64])
+        got = [CODEC.decode(v) for v in fast.process_encoded(items[lo:lo + 64], CODEC, TOPIC)]
+        for w, g in zip(want, got, strict=True):
+            w, g = CODEC.decode(CODEC.encode("scinol.Prediction", w, TOPIC)), g
+            assert {**w, "latency_ms": 0} == {**g, "latency_ms": 0}
+    assert fast.events == plain.events == 300 and fast.offsets == plain.offsets
+    if late:
+        assert sorted(fast.pending.events) == sorted(plain.pending.events)
+        assert [w.version for w in fast.pending.events.values()] == [w.version for w in plain.pending.events.values()]
+
+
+def test_an_older_registered_prediction_schema_takes_the_per_record_path(schema_registry):
+    """A registry whose subject holds Prediction version 1 (no source
+    fields) and a codec that does not register (--no-auto-register, so it
+    writes the subject's latest): the compiled layout (version 2) does not
+    apply, so the values are the codec's, with the registered id and
+    without the source."""
+    import json
+    import uuid
+
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    from schemas.catalog import load_schema
+    from schemas.registry import Registry
+
+    topic = f"preds-{uuid.uuid4().hex[:8]}"
+    client = SchemaRegistryClient({"url": schema_registry.url, **schema_registry.config})
+    sid = client.register_schema(f"{topic}-value", Schema(json.dumps(load_schema("scinol.Prediction", 1)), "AVRO"))
+    codec = Codec(Registry(schema_registry.url, schema_registry.config, auto_register=False))
+    events = random_events(np.random.default_rng(1), 6, "dense", None, "logistic")
+    items = [(Position("events", 0, i), e) for i, e in enumerate(events)]
+    scores = np.zeros((6, 1))
+    assert prediction_values(codec, topic, "m", items, events, versions=np.zeros(6, np.int64), scores=scores,
+                             losses=np.full(6, np.nan), probability=None, klass=None, now_ms=0.0) is None
+    values = ModelRunner("m", lambda: make_learner("scinol2", "logistic")).process_encoded(items, codec, topic)
+    assert [int.from_bytes(v[1:5], "big") for v in values] == [sid] * 6
+    decoded = [codec.decode(v) for v in values]
+    assert [d["event_id"] for d in decoded] == [e["id"] for e in events]
+    assert all(d.get("source_topic") is None for d in decoded)
+
+
+def test_a_batch_of_columnar_events_pickles_as_its_columns_and_comes_back_the_same():
+    """How a model's batch crosses Beam's steps (pickled): the same
+    positions, the same rows of the same columns, the same start and
+    source; a batch that is not all rows of one batch of columns (an event
+    given an early label is a plain record) pickles item by item."""
+    import pickle
+
+    from pipelines.steps import EventBatch
+
+    records = random_events(np.random.default_rng(2), 30, "sparse", None, "logistic")
+    events = columnar(records, "logistic", None)
+    items = [(Position("ev", 3, 50 + 2 * i, None if i % 2 else b"k%d" % i), e) for i, e in enumerate(events)]
+    for batch in (EventBatch(items, start=49, source=("ev", 3)),
+                  EventBatch(items[:5] + [(items[5][0], dict(records[5]))] + items[6:], start=49, source=("ev", 3))):
+        data = pickle.dumps(batch, pickle.HIGHEST_PROTOCOL)
+        back = pickle.loads(data)
+        assert type(back) is EventBatch and back.start == 49 and back.source == ("ev", 3)
+        assert [p for p, _ in back] == [p for p, _ in batch]
+        assert [dict(e) for _, e in back] == [dict(e) for _, e in batch]
+        compact = all(hasattr(e, "cols") for _, e in batch)
+        assert (b"_event_batch" in data) == compact and (b"ColumnarEvent" in data) != compact
