@@ -171,6 +171,34 @@ def _valid(loss, glob, on, yb, i):
     return True
 
 
+@inline
+def _mix_logistic_fast(glob, on, yb, top, out):
+    """ŷ = ln(Σ π_i σ(z_i)) - ln(Σ π_i σ(-z_i)) in the probability domain:
+    one exp for π_i and one for σ per expert, one log, where the log-domain
+    sums below take about four of each. Both sums are ≥ π_best min σ, so
+    they are far from underflow unless some |z| is past ~700; then (False)
+    the log-domain path runs."""
+    pz = math.exp(top - glob[L0 + ZERO])  # the zero expert: σ(0) = 1/2
+    sp, sn = pz * 0.5, pz * 0.5
+    for i in range(N_BASES):
+        if not on[i] or not glob[L0 + i] < DEAD:
+            continue
+        z = yb[i, 0]
+        if not abs(z) < 700.0:  # also NaN: the log-domain path decides
+            return False
+        pi = math.exp(top - glob[L0 + i])
+        e = math.exp(-abs(z))
+        big, small = pi / (1.0 + e), pi * e / (1.0 + e)
+        if z >= 0.0:
+            sp, sn = sp + big, sn + small
+        else:
+            sp, sn = sp + small, sn + big
+    if not (sp > 1e-280 and sn > 1e-280):
+        return False
+    out[0] = math.log(sp / sn)
+    return True
+
+
 @jit
 def mix_scores(loss, glob, on, yb, out):
     """The mixture's scores from the bases' (yb, (4, K)) and the L_i."""
@@ -179,6 +207,8 @@ def mix_scores(loss, glob, on, yb, out):
         if _valid(loss, glob, on, yb, i):
             top = max(top, -glob[L0 + i])
     if loss == LOGISTIC:
+        if _mix_logistic_fast(glob, on, yb, top, out):
+            return
         mp, sp, mn, sn = -math.inf, 0.0, -math.inf, 0.0
         for i in range(N_BASES + 1):
             if not _valid(loss, glob, on, yb, i):
