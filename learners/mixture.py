@@ -1,10 +1,12 @@
 """``scinol-mix``: a Bayes mixture of parameter-free linear learners.
 
-Five experts run side by side in one compiled kernel, over one state:
+Up to six experts run side by side in one compiled kernel, over one state:
 
     0 ScInOL2, 1 ScInOL1 (Kempka et al. 2019, Algorithms 2 and 1),
     2 KT coin betting per coordinate (Orabona & Pál 2016), 3 Kotłowski 2017
-    Algorithm 1, 4 the zero predictor (ŷ = 0: probability 1/2, or 1/K).
+    Algorithm 1, 4 ScInOL2 on running-mean-centred features (:func:`centred`),
+    5 the zero predictor (ŷ = 0: probability 1/2, or 1/K).
+    By default 0, 4 and 5 (docs/learners.md says why); 1-3 on request.
 
 Each base learns exactly as it would alone, from the gradient of the loss at
 its *own* score. The mixture predicts the class probabilities
@@ -18,10 +20,10 @@ and §9.2 (log loss)). For the log loss the identity
 Σ_t ℓ_t(mix) = -ln Σ_i (1/N) exp(-L_{T,i}) holds exactly (the mixture's
 probability of the labels is the prior-average of the experts'), hence
 
-    Σ_t ℓ_t(mix) ≤ min_i L_{T,i} + ln N          (N = 5, or 4 without KT)
+    Σ_t ℓ_t(mix) ≤ min_i L_{T,i} + ln N          (N = 3 by default, up to 6)
 
 for any sequence, with no tuning and no bound on the losses: never more
-than ln 5 / T per example above the best base, nor above the zero model
+than ln N / T per example above the best base, nor above the zero model
 (ln 2 logistic, ln K softmax). The bound is stronger than the O(√(T ln N))
 of the parameter-free experts algorithms for bounded losses (AdaNormalHedge,
 coin betting for experts), because the log loss is 1-exp-concave in the
@@ -36,13 +38,15 @@ difference of log-sum-exps (logistic: ŷ = ln p(+1) - ln p(-1); softmax:
 linear function of x: :meth:`Mixture.weights` gives the bases' weights
 averaged with the current π, for inspection only.
 
-Shardable: every base is coordinate-separable. A shard returns the partial
-scores of the four linear bases and Kotłowski's count of new coordinates
-(4K + 1 sums); the combiner owns the cumulative losses L_i and returns each
-base's own g (4K feedback values).
+Shardable: every base is coordinate-separable (the centred expert's means
+too). A shard returns the partial scores of the five linear bases and
+Kotłowski's count of new coordinates (5K + 1 sums); the combiner owns the
+cumulative losses L_i and returns each base's own g and the row's h (5K + 1
+feedback values).
 
-State: P[j, k] = (G, S², η | G, S², β | θ, W | h) (ScInOL2 | ScInOL1 | KT
-| Kotłowski), Q[j] = (M, s²): ScInOL1 and ScInOL2 share M = max |x_j|,
+State: P[j, k] = (G, S², η | G, S², β | θ, W | h | G, S², η) (ScInOL2 |
+ScInOL1 | KT | Kotłowski | centred ScInOL2), Q[j] = (M, s², M_c, μ, n,
+first, varied) (see COORD_FIELDS): ScInOL1 and ScInOL2 share M = max |x_j|,
 which both update to the same value. Globals: t, Kotłowski's d seen, and
 L_i for each expert.
 """
