@@ -362,11 +362,36 @@ def _average_coord(prm, kprm, glob, P, Q, j, on, n_out):
 
 
 @inline
+def _scinol2_scores(prm, Q, Pb, Qb, indices, data, start, end, dense, bias, t, centre, Wb, yb, b, n_out):
+    """ScInOL2's scores (raw or centred) with nothing else in the loop, as
+    in the standalone kernel (not through _weight_of's four-way dispatch)."""
+    for k in range(n_out):
+        acc = 0.0
+        if bias:
+            w = SC.weight(SCINOL2, prm, Pb, Qb, 0, k, 1.0, t)
+            Wb[0, k] = w
+            acc += w
+        for p in range(start, end):
+            x = data[p]
+            if x != 0.0:
+                j = (p - start if dense else indices[p]) + bias
+                if centre:
+                    x = centred(Q, j, x)
+                w = SC.weight(SCINOL2, prm, Pb, Qb, j, k, x, t)
+                Wb[p - start + bias, k] = w
+                acc += x * w
+        yb[b, k] = acc
+
+
+@inline
 def _score_pass(b, prm, kprm, glob, P, Q, Pb, Qb, indices, data, start, end, dense, bias, t, learning, averaged, Wb,
                 yb, n_out):
     """Base b's scores over the row: one base per pass, each with a scalar
     accumulator, as the standalone kernels run (one loop calling all four
     bases per coordinate ran at twice the sum of the four kernels' times)."""
+    if not averaged and (b == 0 or b == CENTRED):
+        _scinol2_scores(prm, Q, Pb, Qb, indices, data, start, end, dense, bias, t, b == CENTRED, Wb, yb, b, n_out)
+        return
     for k in range(n_out):
         acc = 0.0
         if bias:
@@ -393,6 +418,17 @@ def _score_pass(b, prm, kprm, glob, P, Q, Pb, Qb, indices, data, start, end, den
 
 @inline
 def _update_pass(b, prm, glob, Pb, Qb, Q, indices, data, start, end, dense, bias, t, Fb, Wb, n_out):
+    if b == 0 or b == CENTRED:  # ScInOL2 alone in the loop, as in its own kernel
+        if bias:
+            SC.update(SCINOL2, prm, Pb, Qb, 0, 1.0, t, Fb, Wb, 0, n_out)
+        for p in range(start, end):
+            x = data[p]
+            if x != 0.0:
+                j = (p - start if dense else indices[p]) + bias
+                if b == CENTRED:
+                    x = centred(Q, j, x)
+                SC.update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, p - start + bias, n_out)
+        return
     if bias:
         _update_of(b, prm, glob, Pb, Qb, 0, 1.0, t, Fb, Wb, 0, n_out)
     for p in range(start, end):
