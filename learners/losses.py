@@ -132,7 +132,9 @@ def softmax_loss_grad(label, yhat, g):
         g[k] /= total
     c = int(label)
     g[c] -= 1.0
-    return math.log(total) + top - yhat[c]
+    # ln Σ e^{ŷ_k - top} - (ŷ_c - top): both terms small, so ln 2 is not
+    # rounded away next to scores of 1e149 (ln total + top - ŷ_c would be).
+    return math.log(total) - (yhat[c] - top)
 
 
 @njit(cache=True, inline="always")

@@ -1,10 +1,12 @@
 """``scinol-mix``: a Bayes mixture of parameter-free linear learners.
 
-Five experts run side by side in one compiled kernel, over one state:
+Up to six experts run side by side in one compiled kernel, over one state:
 
     0 ScInOL2, 1 ScInOL1 (Kempka et al. 2019, Algorithms 2 and 1),
     2 KT coin betting per coordinate (Orabona & Pál 2016), 3 Kotłowski 2017
-    Algorithm 1, 4 the zero predictor (ŷ = 0: probability 1/2, or 1/K).
+    Algorithm 1, 4 ScInOL2 on running-mean-centred features (:func:`centred`),
+    5 the zero predictor (ŷ = 0: probability 1/2, or 1/K).
+    By default 0, 4 and 5 (docs/learners.md says why); 1-3 on request.
 
 Each base learns exactly as it would alone, from the gradient of the loss at
 its *own* score. The mixture predicts the class probabilities
@@ -18,10 +20,10 @@ and §9.2 (log loss)). For the log loss the identity
 Σ_t ℓ_t(mix) = -ln Σ_i (1/N) exp(-L_{T,i}) holds exactly (the mixture's
 probability of the labels is the prior-average of the experts'), hence
 
-    Σ_t ℓ_t(mix) ≤ min_i L_{T,i} + ln N          (N = 5, or 4 without KT)
+    Σ_t ℓ_t(mix) ≤ min_i L_{T,i} + ln N          (N = 3 by default, up to 6)
 
 for any sequence, with no tuning and no bound on the losses: never more
-than ln 5 / T per example above the best base, nor above the zero model
+than ln N / T per example above the best base, nor above the zero model
 (ln 2 logistic, ln K softmax). The bound is stronger than the O(√(T ln N))
 of the parameter-free experts algorithms for bounded losses (AdaNormalHedge,
 coin betting for experts), because the log loss is 1-exp-concave in the
@@ -36,13 +38,15 @@ difference of log-sum-exps (logistic: ŷ = ln p(+1) - ln p(-1); softmax:
 linear function of x: :meth:`Mixture.weights` gives the bases' weights
 averaged with the current π, for inspection only.
 
-Shardable: every base is coordinate-separable. A shard returns the partial
-scores of the four linear bases and Kotłowski's count of new coordinates
-(4K + 1 sums); the combiner owns the cumulative losses L_i and returns each
-base's own g (4K feedback values).
+Shardable: every base is coordinate-separable (the centred expert's means
+too). A shard returns the partial scores of the five linear bases and
+Kotłowski's count of new coordinates (5K + 1 sums); the combiner owns the
+cumulative losses L_i and returns each base's own g and the row's h (5K + 1
+feedback values).
 
-State: P[j, k] = (G, S², η | G, S², β | θ, W | h) (ScInOL2 | ScInOL1 | KT
-| Kotłowski), Q[j] = (M, s²): ScInOL1 and ScInOL2 share M = max |x_j|,
+State: P[j, k] = (G, S², η | G, S², β | θ, W | h | G, S², η) (ScInOL2 |
+ScInOL1 | KT | Kotłowski | centred ScInOL2), Q[j] = (M, s², M_c, μ, n,
+first, varied) (see COORD_FIELDS): ScInOL1 and ScInOL2 share M = max |x_j|,
 which both update to the same value. Globals: t, Kotłowski's d seen, and
 L_i for each expert.
 """
@@ -66,32 +70,77 @@ from .state import LearnerState
 jit = njit(cache=True, error_model="numpy")
 inline = njit(cache=True, error_model="numpy", inline="always")
 
-BASES = ("scinol2", "scinol1", "kt-coord", "kotlowski1")
+BASES = ("scinol2", "scinol1", "kt-coord", "kotlowski1", "scinol2-centred")
 EXPERTS = (*BASES, "zero")
-N_BASES, ZERO = 4, 4
-FIELDS = ("G_2", "S2_2", "eta", "G_1", "S2_1", "beta", "theta", "wealth", "h")
-COORD_FIELDS = ("M", "s2")
+N_BASES, ZERO, CENTRED = 5, 5, 4
+FIELDS = ("G_2", "S2_2", "eta", "G_1", "S2_1", "beta", "theta", "wealth", "h", "G_c", "S2_c", "eta_c")
+COORD_FIELDS = ("M", "s2", "M_c", "mu", "n", "first", "varied")
+"""M_c = max |x_j - μ_j| (the centred expert's M), μ_j the running mean of
+x_j over the rows learned from where x_j ≠ 0, n_j their total importance
+weight, the first such x_j, and 1 once a later one differed from it."""
+MU, NW, FIRST, VARIED = 3, 4, 5, 6
 GLOBALS = ("t", "dim", *(f"L_{e}" for e in EXPERTS), "H", "C")
-AVG_FIELDS = ("avg_2", "avg_1", "avg_kt", "avg_h")
+AVG_FIELDS = ("avg_2", "avg_1", "avg_kt", "avg_h", "avg_c")
 """With average=1: Σ of each base's iterates up to the coordinate's last update."""
 AVG_COORD_FIELDS = ("last_t", "last_H", "last_C")
 """With average=1: t, H and C when the coordinate was last updated."""
 L0 = 2  # glob[L0 + i] is expert i's cumulative weighted loss
 H, C = L0 + N_BASES + 1, L0 + N_BASES + 2  # glob[H] = Σ_{s≤t} 1/s (KT's w ∝ 1/s), glob[C] = Σ 1/(s d_s)
-A0, LAST = 9, 2  # P[j, k, A0 + b]: base b's sum; Q[j, LAST + 0, 1, 2]: last t, H, C
+A0, LAST = 12, 7  # P[j, k, A0 + b]: base b's sum; Q[j, LAST + 0, 1, 2]: last t, H, C
 DEAD = 1e300  # L_i of an expert whose loss was ∞ or NaN: weight 0 from then on
-PARAMS = {"eps": 1.0, "alpha": 1.5, "wealth": 1.0, "kt": 1.0, "scinol1": 1.0, "kotlowski1": 1.0, "average": 0.0}
+PARAMS = {"eps": 1.0, "alpha": 1.5, "wealth": 1.0, "kt": 0.0, "scinol1": 0.0, "kotlowski1": 0.0, "average": 0.0,
+          "center": 1.0}
 """ε of both ScInOLs, Kotłowski's α, KT's initial wealth (the bases' own
 defaults); then 1/0: whether KT, ScInOL1, Kotłowski's Alg. 1 take part;
 ``average`` 1: unlabelled rows are scored with each base's averaged iterate
-(1/T) Σ_t w_t (online-to-batch conversion), labelled rows as always."""
+(1/T) Σ_t w_t (online-to-batch conversion), labelled rows as always;
+``center`` 1/0: whether the running-mean-centred ScInOL2 takes part."""
 
 
 @jit
 def flags(prm):
-    """Which linear bases run: ScInOL2 always; ScInOL1, KT, Kotłowski as
-    their parameters say (prm[4], prm[3], prm[5])."""
-    return np.array([True, prm[4] != 0.0, prm[3] != 0.0, prm[5] != 0.0])
+    """Which linear bases run: ScInOL2 always; ScInOL1, KT, Kotłowski and
+    the centred ScInOL2 as their parameters say (prm[4], prm[3], prm[5], prm[7])."""
+    return np.array([True, prm[4] != 0.0, prm[3] != 0.0, prm[5] != 0.0, prm[7] != 0.0])
+
+
+@inline
+def centred(Q, j, x):
+    """x_j - μ_j (μ_j the mean of the earlier nonzero x_j learned from, not
+    the row's own) once x_j has taken two values; x_j while it has taken
+    one: a constant coordinate (the bias, also when a shard sees it as a
+    plain coordinate) and a binary one (1 where present) stay as they are,
+    where centring would make them 0."""
+    return x - Q[j, MU] if Q[j, VARIED] != 0.0 else x
+
+
+@inline
+def _learn_means(prm, P, Q, indices, data, start, end, dense, bias, h):
+    """After the centred expert learned from the row: μ_j += h (x_j - μ_j) / n_j.
+    A coordinate whose value first differs from its first value starts
+    afresh, centred: what it learned uncentred (and M_c = |x|, of the size of
+    the offset) would otherwise swamp the centred values."""
+    if bias:  # constant, so never centred; tracked as a shard tracks it, a plain coordinate
+        _learn_mean(prm, P, Q, 0, 1.0, h)
+    for p in range(start, end):
+        x = data[p]
+        if x != 0.0:
+            _learn_mean(prm, P, Q, _col(indices, p, start, dense) + bias, x, h)
+
+
+@inline
+def _learn_mean(prm, P, Q, j, x, h):
+    if Q[j, NW] == 0.0:
+        Q[j, FIRST] = x
+    elif Q[j, VARIED] == 0.0 and x != Q[j, FIRST]:
+        Q[j, VARIED] = 1.0
+        Q[j, 2] = 0.0  # M_c
+        for k in range(P.shape[1]):
+            P[j, k, 9] = 0.0
+            P[j, k, 10] = 0.0
+            P[j, k, 11] = prm[0]  # η = ε
+    Q[j, NW] += h
+    Q[j, MU] += (h / Q[j, NW]) * (x - Q[j, MU])
 
 
 # -- the mixture ----------------------------------------------------------------
@@ -126,6 +175,34 @@ def _valid(loss, glob, on, yb, i):
     return True
 
 
+@inline
+def _mix_logistic_fast(glob, on, yb, top, out):
+    """ŷ = ln(Σ π_i σ(z_i)) - ln(Σ π_i σ(-z_i)) in the probability domain:
+    one exp for π_i and one for σ per expert, one log, where the log-domain
+    sums below take about four of each. Both sums are ≥ π_best min σ, so
+    they are far from underflow unless some |z| is past ~700; then (False)
+    the log-domain path runs."""
+    pz = math.exp(top - glob[L0 + ZERO])  # the zero expert: σ(0) = 1/2
+    sp, sn = pz * 0.5, pz * 0.5
+    for i in range(N_BASES):
+        if not on[i] or not glob[L0 + i] < DEAD:
+            continue
+        z = yb[i, 0]
+        if not abs(z) < 700.0:  # also NaN: the log-domain path decides
+            return False
+        pi = math.exp(top - glob[L0 + i])
+        e = math.exp(-abs(z))
+        big, small = pi / (1.0 + e), pi * e / (1.0 + e)
+        if z >= 0.0:
+            sp, sn = sp + big, sn + small
+        else:
+            sp, sn = sp + small, sn + big
+    if not (sp > 1e-280 and sn > 1e-280):
+        return False
+    out[0] = math.log(sp / sn)
+    return True
+
+
 @jit
 def mix_scores(loss, glob, on, yb, out):
     """The mixture's scores from the bases' (yb, (4, K)) and the L_i."""
@@ -134,6 +211,8 @@ def mix_scores(loss, glob, on, yb, out):
         if _valid(loss, glob, on, yb, i):
             top = max(top, -glob[L0 + i])
     if loss == LOGISTIC:
+        if _mix_logistic_fast(glob, on, yb, top, out):
+            return
         mp, sp, mn, sn = -math.inf, 0.0, -math.inf, 0.0
         for i in range(N_BASES + 1):
             if not _valid(loss, glob, on, yb, i):
@@ -175,7 +254,7 @@ def mix_scores(loss, glob, on, yb, out):
 
 
 @inline
-def _combine(loss, loss_prm, glob, on, yb, ex, y, iw, fb, ymix, tmp, zero):
+def _combine(loss, loss_prm, glob, on, yb, ex, y, iw, fb, ymix, tmp, zero_loss):
     """ℓ(y, mixture), each base's g (times iw) into fb[b], L_i += iw ℓ_i."""
     mix_scores(loss, glob, on, yb, ymix)
     value = loss_grad_into(loss, loss_prm, y, ymix, tmp)
@@ -193,7 +272,7 @@ def _combine(loss, loss_prm, glob, on, yb, ex, y, iw, fb, ymix, tmp, zero):
         glob[L0 + b] += iw * value_b
         for k in range(fb.shape[1]):
             fb[b, k] *= iw
-    glob[L0 + ZERO] += iw * loss_grad_into(loss, loss_prm, y, zero, tmp)
+    glob[L0 + ZERO] += iw * zero_loss  # ln 2, or ln K: the same every row
     glob[0] += 1.0
     glob[H] += 1.0 / glob[0]
     glob[C] += 1.0 / (glob[0] * max(glob[1], 1.0))  # the d trial t was predicted with
@@ -209,7 +288,7 @@ def _col(indices, p, start, dense):
 
 @inline
 def _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, x, t, learning):
-    if b == 0:
+    if b == 0 or b == CENTRED:  # the centred expert gets x - μ and its own G, S², η, M
         return SC.weight(SCINOL2, prm, Pb, Qb, j, k, x, t)
     if b == 1:
         return SC.weight(SCINOL1, prm, Pb, Qb, j, k, x, t)
@@ -220,7 +299,7 @@ def _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, x, t, learning):
 
 @inline
 def _update_of(b, prm, glob, Pb, Qb, j, x, t, Fb, Wb, slot, n_out):
-    if b == 0:
+    if b == 0 or b == CENTRED:
         SC.update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)
     elif b == 1:
         SC.update(SCINOL1, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)  # M already max'd: the same M²
@@ -234,7 +313,7 @@ def _update_of(b, prm, glob, Pb, Qb, j, x, t, Fb, Wb, slot, n_out):
 def _rate(b, kprm, glob):
     """Base b's offline weight at trial s is coef / r_b(s): the sum of the
     weights over trials is coef times Σ 1/r_b, i.e. t, H or C."""
-    if b <= 1:
+    if b <= 1 or b == CENTRED:
         return glob[0]
     if b == 2:
         return glob[H]
@@ -258,7 +337,7 @@ def _averaged_of(b, prm, kprm, glob, P, Q, Pb, Qb, j, k):
     the current weight over the trials since (online-to-batch conversion)."""
     if glob[0] == 0.0:
         return 0.0
-    since = _rate(b, kprm, glob) - Q[j, LAST + (0 if b <= 1 else b - 1)]
+    since = _rate(b, kprm, glob) - Q[j, LAST + (0 if b <= 1 or b == CENTRED else b - 1)]
     return (P[j, k, A0 + b] + _coef(b, prm, kprm, glob, Pb, Qb, j, k) * since) / glob[0]
 
 
@@ -266,7 +345,7 @@ def _averaged_of(b, prm, kprm, glob, P, Q, Pb, Qb, j, k):
 def _average_coord(prm, kprm, glob, P, Q, j, on, n_out):
     """Before coordinate j learns: its current weights have been in force
     since its last update; add them to the sums and mark the trial."""
-    views = (P[:, :, 0:3], P[:, :, 3:6], P[:, :, 6:8], P[:, :, 8:9])
+    views = (P[:, :, 0:3], P[:, :, 3:6], P[:, :, 6:8], P[:, :, 8:9], P[:, :, 9:12])
     for k in range(n_out):
         P[j, k, A0] += _coef(0, prm, kprm, glob, views[0], Q, j, k) * (glob[0] - Q[j, LAST])
         if on[1]:
@@ -275,9 +354,33 @@ def _average_coord(prm, kprm, glob, P, Q, j, on, n_out):
             P[j, k, A0 + 2] += _coef(2, prm, kprm, glob, views[2], Q, j, k) * (glob[H] - Q[j, LAST + 1])
         if on[3]:
             P[j, k, A0 + 3] += _coef(3, prm, kprm, glob, views[3], Q[:, 1:2], j, k) * (glob[C] - Q[j, LAST + 2])
+        if on[4]:
+            P[j, k, A0 + 4] += _coef(4, prm, kprm, glob, views[4], Q[:, 2:3], j, k) * (glob[0] - Q[j, LAST])
     Q[j, LAST] = glob[0]
     Q[j, LAST + 1] = glob[H]
     Q[j, LAST + 2] = glob[C]
+
+
+@inline
+def _scinol2_scores(prm, Q, Pb, Qb, indices, data, start, end, dense, bias, t, centre, Wb, yb, b, n_out):
+    """ScInOL2's scores (raw or centred) with nothing else in the loop, as
+    in the standalone kernel (not through _weight_of's four-way dispatch)."""
+    for k in range(n_out):
+        acc = 0.0
+        if bias:
+            w = SC.weight(SCINOL2, prm, Pb, Qb, 0, k, 1.0, t)
+            Wb[0, k] = w
+            acc += w
+        for p in range(start, end):
+            x = data[p]
+            if x != 0.0:
+                j = (p - start if dense else indices[p]) + bias
+                if centre:
+                    x = centred(Q, j, x)
+                w = SC.weight(SCINOL2, prm, Pb, Qb, j, k, x, t)
+                Wb[p - start + bias, k] = w
+                acc += x * w
+        yb[b, k] = acc
 
 
 @inline
@@ -286,6 +389,9 @@ def _score_pass(b, prm, kprm, glob, P, Q, Pb, Qb, indices, data, start, end, den
     """Base b's scores over the row: one base per pass, each with a scalar
     accumulator, as the standalone kernels run (one loop calling all four
     bases per coordinate ran at twice the sum of the four kernels' times)."""
+    if not averaged and (b == 0 or b == CENTRED):
+        _scinol2_scores(prm, Q, Pb, Qb, indices, data, start, end, dense, bias, t, b == CENTRED, Wb, yb, b, n_out)
+        return
     for k in range(n_out):
         acc = 0.0
         if bias:
@@ -299,6 +405,8 @@ def _score_pass(b, prm, kprm, glob, P, Q, Pb, Qb, indices, data, start, end, den
             x = data[p]
             if x != 0.0:
                 j = _col(indices, p, start, dense) + bias
+                if b == CENTRED:  # the bias (above) is not centred
+                    x = centred(Q, j, x)
                 if averaged:
                     w = _averaged_of(b, prm, kprm, glob, P, Q, Pb, Qb, j, k)
                 else:
@@ -309,14 +417,27 @@ def _score_pass(b, prm, kprm, glob, P, Q, Pb, Qb, indices, data, start, end, den
 
 
 @inline
-def _update_pass(b, prm, glob, Pb, Qb, indices, data, start, end, dense, bias, t, Fb, Wb, n_out):
+def _update_pass(b, prm, glob, Pb, Qb, Q, indices, data, start, end, dense, bias, t, Fb, Wb, n_out):
+    if b == 0 or b == CENTRED:  # ScInOL2 alone in the loop, as in its own kernel
+        if bias:
+            SC.update(SCINOL2, prm, Pb, Qb, 0, 1.0, t, Fb, Wb, 0, n_out)
+        for p in range(start, end):
+            x = data[p]
+            if x != 0.0:
+                j = (p - start if dense else indices[p]) + bias
+                if b == CENTRED:
+                    x = centred(Q, j, x)
+                SC.update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, p - start + bias, n_out)
+        return
     if bias:
         _update_of(b, prm, glob, Pb, Qb, 0, 1.0, t, Fb, Wb, 0, n_out)
     for p in range(start, end):
         x = data[p]
         if x != 0.0:
-            _update_of(b, prm, glob, Pb, Qb, _col(indices, p, start, dense) + bias, x, t, Fb, Wb, p - start + bias,
-                       n_out)
+            j = _col(indices, p, start, dense) + bias
+            if b == CENTRED:  # with the μ it predicted with
+                x = centred(Q, j, x)
+            _update_of(b, prm, glob, Pb, Qb, j, x, t, Fb, Wb, p - start + bias, n_out)
 
 
 @inline
@@ -347,6 +468,9 @@ def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning
         _score_pass(3, prm, kprm, glob, P, Q, P[:, :, 8:9], QK, indices, data, start, end, dense, bias, t, learning,
                     averaged, W[3],
                     yb, n_out)
+    if on[4]:
+        _score_pass(4, prm, kprm, glob, P, Q, P[:, :, 9:12], Q[:, 2:3], indices, data, start, end, dense, bias, t,
+                    learning, averaged, W[4], yb, n_out)
     ex[1] = 0.0  # Kotłowski's count of coordinates never seen before
     if bias:
         KO.extras(QK, 0, ex)
@@ -356,7 +480,9 @@ def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning
 
 
 @inline
-def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n_out):
+def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n_out, h):
+    """Each base learns from its fb; h, the row's importance weight, weighs
+    it in the running means (the fb already carry it)."""
     t = glob[0]
     if prm[6] != 0.0:
         kprm = prm[1:3]
@@ -365,14 +491,18 @@ def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n
         for p in range(start, end):
             if data[p] != 0.0:
                 _average_coord(prm, kprm, glob, P, Q, _col(indices, p, start, dense) + bias, on, n_out)
-    _update_pass(0, prm, glob, P[:, :, 0:3], Q, indices, data, start, end, dense, bias, t, fb[0], W[0], n_out)
+    _update_pass(0, prm, glob, P[:, :, 0:3], Q, Q, indices, data, start, end, dense, bias, t, fb[0], W[0], n_out)
     if on[1]:
-        _update_pass(1, prm, glob, P[:, :, 3:6], Q, indices, data, start, end, dense, bias, t, fb[1], W[1], n_out)
+        _update_pass(1, prm, glob, P[:, :, 3:6], Q, Q, indices, data, start, end, dense, bias, t, fb[1], W[1], n_out)
     if on[2]:
-        _update_pass(2, prm, glob, P[:, :, 6:8], Q, indices, data, start, end, dense, bias, t, fb[2], W[2], n_out)
+        _update_pass(2, prm, glob, P[:, :, 6:8], Q, Q, indices, data, start, end, dense, bias, t, fb[2], W[2], n_out)
     if on[3]:
-        _update_pass(3, prm, glob, P[:, :, 8:9], Q[:, 1:2], indices, data, start, end, dense, bias, t, fb[3], W[3],
-                     n_out)
+        _update_pass(3, prm, glob, P[:, :, 8:9], Q[:, 1:2], Q, indices, data, start, end, dense, bias, t, fb[3],
+                     W[3], n_out)
+    if on[4]:
+        _update_pass(4, prm, glob, P[:, :, 9:12], Q[:, 2:3], Q, indices, data, start, end, dense, bias, t, fb[4],
+                     W[4], n_out)
+        _learn_means(prm, P, Q, indices, data, start, end, dense, bias, h)
 
 
 @inline
@@ -386,7 +516,8 @@ def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss
     yb = np.zeros((N_BASES, n_out))
     fb = np.zeros((N_BASES, n_out))
     ex = np.zeros(2)
-    ymix, tmp, zero = np.empty(n_out), np.empty(n_out), np.zeros(n_out)
+    ymix, tmp = np.empty(n_out), np.empty(n_out)
+    zero_loss = math.log(2.0) if loss == LOGISTIC else math.log(n_out)
     for i in range(indptr.shape[0] - 1):
         start, end = indptr[i], indptr[i + 1]
         learning = not math.isnan(y[i])
@@ -397,9 +528,9 @@ def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss
             scores[i, :] = ymix
             losses[i] = math.nan if not learning else loss_grad_into(loss, loss_prm, y[i], ymix, tmp)
             continue
-        losses[i] = _combine(loss, loss_prm, glob, on, yb, ex, y[i], weight_i, fb, ymix, tmp, zero)
+        losses[i] = _combine(loss, loss_prm, glob, on, yb, ex, y[i], weight_i, fb, ymix, tmp, zero_loss)
         scores[i, :] = ymix
-        _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n_out)
+        _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n_out, weight_i)
 
 
 @jit
@@ -423,7 +554,7 @@ def predict_row(prm, glob, P, Q, indices, data, bias, learning, yb, ex, W):
 def combine_row(prm, glob, yb, ex, y, iw, loss, loss_prm, fb, ymix):
     n_out = yb.shape[1]
     return _combine(loss, loss_prm, glob, flags(prm), yb, ex, y, iw, fb, ymix, np.empty(n_out),
-                    np.zeros(n_out))
+                    math.log(2.0) if loss == LOGISTIC else math.log(n_out))
 
 
 @jit
@@ -436,8 +567,8 @@ def scores_only(prm, glob, yb, y, loss, loss_prm, ymix):
 
 
 @jit
-def update_row(prm, glob, P, Q, indices, data, bias, fb, W):
-    _apply(prm, glob, P, Q, indices, data, 0, indices.shape[0], False, bias, flags(prm), fb, W, P.shape[1])
+def update_row(prm, glob, P, Q, indices, data, bias, fb, W, h):
+    _apply(prm, glob, P, Q, indices, data, 0, indices.shape[0], False, bias, flags(prm), fb, W, P.shape[1], h)
 
 
 @jit
@@ -456,6 +587,8 @@ def base_weights(prm, glob, P, Q):
                 out[2, j, k] = KT.weight(KT_COORD, prm, glob, P[:, :, 6:8], j, k, t, False)
             if on[3]:
                 out[3, j, k] = KO.weight(prm[1:3], glob, P[:, :, 8:9], Q[:, 1:2], j, k, 0.0, t)
+            if on[4]:  # on x - μ: these weights apply to centred features
+                out[4, j, k] = SC.weight(SCINOL2, prm, P[:, :, 9:12], Q[:, 2:3], j, k, 0.0, t)
     return out
 
 

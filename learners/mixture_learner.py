@@ -19,19 +19,22 @@ _CHECKS = {
     "scinol1": (lambda v: v in (0.0, 1.0), "0 or 1"),
     "kotlowski1": (lambda v: v in (0.0, 1.0), "0 or 1"),
     "average": (lambda v: v in (0.0, 1.0), "0 or 1"),
+    "center": (lambda v: v in (0.0, 1.0), "0 or 1"),
 }
 
 
 class Mixture:
-    """ScInOL2, ScInOL1, KT per coordinate, Kotłowski's Alg. 1 and the zero
-    predictor, mixed as a Bayes mixture of their probabilities. ``eps`` is
-    ScInOL's ε, ``alpha`` Kotłowski's α, ``wealth`` KT's initial wealth (all
-    at the bases' defaults); ``kt=0``, ``scinol1=0``, ``kotlowski1=0`` leave
-    that base out (fewer experts: less cost, and ln N less regret). Without
-    KT every expert is scale-invariant, and so is the mixture."""
+    """ScInOL2, ScInOL2 on running-mean-centred features and the zero
+    predictor by default (``center=0`` leaves the centred one out), and on
+    request ScInOL1, KT per coordinate and Kotłowski's Alg. 1 (``scinol1=1``,
+    ``kt=1``, ``kotlowski1=1``), mixed as a Bayes mixture of their
+    probabilities. ``eps`` is ScInOL's ε, ``alpha`` Kotłowski's α,
+    ``wealth`` KT's initial wealth (all at the bases' defaults). Fewer
+    experts: less cost, and ln N less regret. Without KT every expert is
+    scale-invariant, and so is the mixture."""
 
     name = "scinol-mix"
-    summary = "Bayes mixture of ScInOL2, ScInOL1, KT, Kotłowski Alg. 1 and zero (logistic/softmax)"
+    summary = "Bayes mixture of ScInOL2, centred ScInOL2 and zero (+ ScInOL1, KT, Kotłowski on request)"
     parameter_free = True
     shardable = True
 
@@ -55,7 +58,7 @@ class Mixture:
         # prm = (ε, α, Kotłowski's dim = 0: auto, KT, ScInOL1, Kotłowski on/off); KT's wealth is only
         # an initial value.
         self._prm = np.array([values["eps"], values["alpha"], 0.0, values["kt"], values["scinol1"],
-                              values["kotlowski1"], values["average"]])
+                              values["kotlowski1"], values["average"], values["center"]])
 
     def check_loss(self, loss: str) -> None:
         if loss not in ("logistic", "softmax"):
@@ -63,7 +66,8 @@ class Mixture:
                              f"it is defined for the logistic and softmax losses, not {loss}")
 
     def init_state(self, n_coords: int, n_outputs: int) -> LearnerState:
-        init = {"eta": self.params["eps"], "beta": self.params["eps"], "wealth": self.params["wealth"]}
+        init = {"eta": self.params["eps"], "eta_c": self.params["eps"], "beta": self.params["eps"],
+                "wealth": self.params["wealth"]}
         averaged = self.params["average"] != 0.0  # the sums and marks only when asked for
         fill_p = np.array([init.get(f, 0.0) for f in MX.FIELDS + MX.AVG_FIELDS * averaged])
         fill_q = np.zeros(len(MX.COORD_FIELDS + MX.AVG_COORD_FIELDS * averaged))
@@ -99,7 +103,7 @@ class Mixture:
                       y, iw, loss, loss_param, scores, losses)
         self._store(state.scalars, glob)
 
-    # -- the shard protocol: 4K partial scores + 1 count; 4K feedback values -------
+    # -- the shard protocol: 5K partial scores + 1 count; 5K feedback values + h --
     def predict(self, state, indices, data, bias, scalars, learning=True):
         P = state.arrays["P"]
         n_out = P.shape[1]
@@ -122,12 +126,15 @@ class Mixture:
         ex = np.array([0.0, total[-1]])
         value = MX.combine_row(self._prm, glob, yb, ex, y, float(weight), loss, loss_param, fb, ymix)
         self._store(scalars, glob)
-        return ymix, float(value), fb.reshape(-1)
+        # h last: the shards weigh their running means with it
+        return ymix, float(value), np.append(fb.reshape(-1), float(weight))
 
     def update(self, state, indices, data, bias, scalars, feedback, memo):
         P = state.arrays["P"]
-        fb = np.ascontiguousarray(np.asarray(feedback, dtype=np.float64).reshape(MX.N_BASES, P.shape[1]))
-        MX.update_row(self._prm, self._glob(scalars), P, state.arrays["Q"], indices, data, bias, fb, memo)
+        feedback = np.asarray(feedback, dtype=np.float64)
+        fb = np.ascontiguousarray(feedback[:-1].reshape(MX.N_BASES, P.shape[1]))
+        MX.update_row(self._prm, self._glob(scalars), P, state.arrays["Q"], indices, data, bias, fb, memo,
+                      float(feedback[-1]))
 
     # -- inspection ----------------------------------------------------------------
     def expert_weights(self, state) -> np.ndarray:

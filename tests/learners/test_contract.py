@@ -25,7 +25,7 @@ from tests.support.compare import assert_scores_match
 from tests.support.gen import features, labels, to_csr
 
 NAMES = learner_names()
-INVARIANT = {"scinol1", "scinol2", "kotlowski1", "kotlowski2", "nag"}
+INVARIANT = {"scinol1", "scinol2", "kotlowski1", "kotlowski2", "nag", "scinol-mix"}
 """The learners whose predictions do not change when features are rescaled."""
 SOFTMAX = {"scinol1", "scinol2", "ogd", "ogd-global", "kt", "kt-avg", "kt-coord", "sgd", "adagrad", "adam", "nag",
            "aprox", "kotlowski1", "scinol-mix"}

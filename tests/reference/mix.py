@@ -67,23 +67,59 @@ class Kotlowski1K:
         return yhat, scale, value
 
 
+class CentredScInOL2:
+    """ScInOL2 on x_j - μ_j, μ_j the importance-weighted mean of the nonzero
+    x_j of the earlier rows learned from, for the coordinates whose nonzero
+    values learned from have not all been equal (the others, the bias among
+    them, stay uncentred; absent and zero entries stay 0). When a
+    coordinate's value first differs from its first value, its ScInOL2 state
+    restarts. Kept as plain lists, in the order the text defines it: predict
+    and learn with the old means, then update them."""
+
+    def __init__(self, d, n_outputs, eps, bias=True):
+        self.base, self.eps = ReferenceScInOL(2, d, n_outputs, eps), eps
+        self.mu, self.n, self.values = [0.0] * d, [0.0] * d, [set() for _ in range(d)]
+
+    def centre(self, x):
+        return [v - self.mu[j] if v != 0.0 and len(self.values[j]) > 1 else v for j, v in enumerate(x)]
+
+    def step(self, x, y, loss, weight=1.0):
+        out = self.base.step(self.centre(x), y, loss, weight)
+        if not math.isnan(y) and weight > 0.0:
+            for j, v in enumerate(x):
+                if v != 0.0:
+                    if len(self.values[j]) == 1 and v not in self.values[j]:  # restart, centred
+                        self.base.M[j] = 0.0
+                        self.base.G[j] = [0.0] * self.base.K
+                        self.base.S2[j] = [0.0] * self.base.K
+                        self.base.B[j] = [self.eps] * self.base.K
+                    self.values[j].add(v)
+                    self.n[j] += weight
+                    self.mu[j] += weight / self.n[j] * (v - self.mu[j])
+        return out
+
+
 class ReferenceMix:
     def __init__(self, d: int, loss: str, n_outputs: int = 1, eps: float = 1.0, alpha: float = 1.5,
-                 wealth: float = 1.0, kt: float = 1.0, scinol1: float = 1.0, kotlowski1: float = 1.0,
-                 average: float = 0.0):
+                 wealth: float = 1.0, kt: float = 0.0, scinol1: float = 0.0, kotlowski1: float = 0.0,
+                 average: float = 0.0, center: float = 1.0, bias: bool = True):
         self.loss, self.K = loss, n_outputs
         self.bases = [ReferenceScInOL(2, d, n_outputs, eps), ReferenceScInOL(1, d, n_outputs, eps),
-                      ReferenceKT("coord", d, n_outputs, wealth), Kotlowski1K(d, n_outputs, alpha)]
-        self.on = [True, scinol1 != 0.0, kt != 0.0, kotlowski1 != 0.0, True]  # the last is the zero predictor
-        self.L = [0.0] * 5
+                      ReferenceKT("coord", d, n_outputs, wealth), Kotlowski1K(d, n_outputs, alpha),
+                      CentredScInOL2(d, n_outputs, eps, bias)]
+        # the last is the zero predictor
+        self.on = [True, scinol1 != 0.0, kt != 0.0, kotlowski1 != 0.0, center != 0.0, True]
+        self.L = [0.0] * 6
         # average=1: Σ_t of each base's weights at every trial learned from
         # (offline, x → 0), kept in full; unlabelled rows use their mean.
         self.average, self.T, self.d = average != 0.0, 0, d
-        self.sums = [[[0.0] * n_outputs for _ in range(d)] for _ in range(4)]
+        self.sums = [[[0.0] * n_outputs for _ in range(d)] for _ in range(5)]
 
     def offline_weights(self, b, t):
         base = self.bases[b]
-        if b <= 1:
+        if b == 4:
+            base = base.base
+        if b <= 1 or b == 4:
             return base._weights([0.0] * self.d, t)[0]
         return base.current(t) if b == 2 else base.offline(t)
 
@@ -108,6 +144,8 @@ class ReferenceMix:
 
     def _averaged(self, b, x):
         """Base b's score with its mean weights (0 before any learning)."""
+        if b == 4:  # on the features centred by the current means
+            x = self.bases[4].centre(x)
         T = max(self.T, 1)
         w = [[self.sums[b][j][k] / T for k in range(self.K)] for j in range(self.d)]
         yhat = [sum(x[j] * w[j][k] for j in range(self.d)) for k in range(self.K)]
@@ -118,7 +156,7 @@ class ReferenceMix:
         learns = not math.isnan(y) and weight > 0.0
         if learns and self.average:
             self.T += 1
-            for b in range(4):
+            for b in range(5):
                 if self.on[b]:
                     w = self.offline_weights(b, self.T)
                     for j in range(self.d):
@@ -126,7 +164,7 @@ class ReferenceMix:
                             self.sums[b][j][k] += w[j][k]
         if math.isnan(y) and self.average:
             outs = [self._averaged(b, x) if on else ([0.0] * self.K, [0.0] * self.K, 0.0)
-                    for b, on in enumerate(self.on[:4])]
+                    for b, on in enumerate(self.on[:5])]
         else:
             outs = [b.step(x, y, self.loss, weight) if on else ([0.0] * self.K, [0.0] * self.K, 0.0)
                     for b, on in zip(self.bases, self.on)]
@@ -142,5 +180,5 @@ class ReferenceMix:
             for i, o in enumerate(outs):
                 if self.on[i]:
                     self.L[i] += weight * o[2]
-            self.L[4] += weight * loss_grad(self.loss, y, [0.0] * self.K)[0]
+            self.L[5] += weight * loss_grad(self.loss, y, [0.0] * self.K)[0]
         return yhat, [scale] * self.K, value
