@@ -49,7 +49,11 @@ def run(args) -> int:
         raise UsageError(f"broker: --port must be between 1 and 65535, got {args.port}")
     broker, what = _make_broker(args.kind, args.port)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # a SIGTERM while starting stops it once up
+    # Ctrl-C and SIGTERM both stop it (a SIGTERM while starting stops it once up). SIGINT is handled
+    # here, not left to Python's KeyboardInterrupt: a process started from a script's background job
+    # inherits SIGINT ignored, and Python then installs no KeyboardInterrupt at all.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     try:
         broker.start()
     except ProvisionError as exc:
