@@ -11,12 +11,17 @@ finds them the same way the parsers do.
 from __future__ import annotations
 
 import gzip
-from typing import Iterator
+import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterable, Iterator, TypeVar
 
 import numpy as np
 from numba import njit
 
 BLOCK_BYTES = 1 << 22
+PARSE_THREADS = min(2, os.cpu_count() or 1)
+T = TypeVar("T")
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -59,3 +64,39 @@ def line_end(buf, pos):
     if i < n and buf[i] == 13 and i + 1 < n and buf[i + 1] == 10:
         return i, i + 2
     return i, min(i + 1, n)
+
+
+@njit(cache=True, nogil=True)
+def count_lines(buf):
+    """Line breaks in buf, as :func:`line_end` finds them (``\\r\\n`` is one)."""
+    count = 0
+    n = buf.shape[0]
+    for i in range(n):
+        c = buf[i]
+        if c == 10 or (c == 13 and not (i + 1 < n and buf[i + 1] == 10)):
+            count += 1
+    return count
+
+
+def parse_blocks(path: str, parse_block: Callable[[np.ndarray, int], Iterable[T]],
+                 threads: int | None = None) -> Iterator[T]:
+    """What ``parse_block(block, number of its first line)`` returns for each
+    block of the file, in file order, with blocks parsed on ``threads`` threads
+    at once (the compiled parsers release the GIL). A block's error is raised
+    after everything before it was yielded. Blocks end at line breaks, so each
+    block's first line number is known before the blocks before it are parsed."""
+    threads = threads or PARSE_THREADS
+    with ThreadPoolExecutor(threads, thread_name_prefix="scinol-parse") as pool:
+        running: deque = deque()
+        line = 1
+        try:
+            for block in byte_blocks(path):
+                running.append(pool.submit(lambda b, first: list(parse_block(b, first)), block, line))
+                line += count_lines(block)
+                if len(running) > threads:
+                    yield from running.popleft().result()
+            while running:
+                yield from running.popleft().result()
+        finally:
+            for future in running:
+                future.cancel()

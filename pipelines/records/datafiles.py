@@ -285,34 +285,37 @@ class LibsvmReader(Reader):
             f.read(1)  # surface open errors (missing file, not gzip, ...) now
 
     def batches(self, batch_size: int = 4096) -> Iterator[Batch]:
-        from .blocks import byte_blocks, line_end
-        from .libsvm_parse import DONE, PYTHON, ROWS_FULL, VALUES_FULL, parse_libsvm
-        from .numbers import POW5_HI, POW5_LO
+        from .blocks import parse_blocks
 
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        rows = _RowBuffer(batch_size)
-        line = 1
         with _read_errors(self.path):
-            for block in byte_blocks(self.path):
-                pos = 0
-                while True:
-                    status, pos, line, rows.n = parse_libsvm(block, pos, line, rows.y, rows.weights, rows.lines,
-                                                             rows.indptr, rows.indices, rows.data, rows.n, POW5_HI,
-                                                             POW5_LO)
-                    if status == DONE:
-                        break
-                    if status == VALUES_FULL:
-                        rows.grow()
-                    elif status == PYTHON:
-                        text_end, next_pos = line_end(block, pos)
-                        parsed = _python_libsvm_row(self.path, line, _line_text(block, pos, text_end))
-                        pos = next_pos
-                        if parsed is not None:
-                            rows.append(line, *parsed)
-                        line += 1
-                    if status == ROWS_FULL or rows.n == batch_size:
-                        yield rows.take()
+            yield from parse_blocks(self.path, lambda block, line: self._block_batches(block, line, batch_size))
+
+    def _block_batches(self, block, line: int, batch_size: int) -> Iterator[Batch]:
+        """The rows of one block of whole lines, the first of them line ``line``."""
+        from .blocks import line_end
+        from .libsvm_parse import DONE, PYTHON, ROWS_FULL, VALUES_FULL, parse_libsvm
+        from .numbers import POW5_HI, POW5_LO
+
+        rows = _RowBuffer(batch_size)
+        pos = 0
+        while True:
+            status, pos, line, rows.n = parse_libsvm(block, pos, line, rows.y, rows.weights, rows.lines,
+                                                     rows.indptr, rows.indices, rows.data, rows.n, POW5_HI, POW5_LO)
+            if status == DONE:
+                break
+            if status == VALUES_FULL:
+                rows.grow()
+            elif status == PYTHON:
+                text_end, next_pos = line_end(block, pos)
+                parsed = _python_libsvm_row(self.path, line, _line_text(block, pos, text_end))
+                pos = next_pos
+                if parsed is not None:
+                    rows.append(line, *parsed)
+                line += 1
+            if status == ROWS_FULL or rows.n == batch_size:
+                yield rows.take()
         if rows.n:
             yield rows.take()
 

@@ -222,39 +222,41 @@ class VwReader(Reader):
     def batches(self, batch_size: int = 4096) -> Iterator[Batch]:
         from learners.hashing import FeatureHasher
 
-        from .blocks import byte_blocks, line_end
-        from .numbers import POW5_HI, POW5_LO
-        from .vw_parse import DONE, PYTHON, ROWS_FULL, VALUES_FULL, parse_vw
+        from .blocks import parse_blocks
 
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         hasher = FeatureHasher(self.hash_bits, self.hash_seed)
+        with _read_errors(self.path):
+            yield from parse_blocks(self.path, lambda block, line: self._block_batches(block, line, batch_size, hasher))
+
+    def _block_batches(self, block, line: int, batch_size: int, hasher) -> Iterator[Batch]:
+        """The rows of one block of whole lines, the first of them line ``line``."""
+        from .blocks import line_end
+        from .numbers import POW5_HI, POW5_LO
+        from .vw_parse import DONE, PYTHON, ROWS_FULL, VALUES_FULL, parse_vw
+
         mask = (1 << self.hash_bits) - 1
         rows = _VwRowBuffer(batch_size)
-        scratch = np.empty(0, dtype=np.uint8)
-        line = 1
-        with _read_errors(self.path):
-            for block in byte_blocks(self.path):
-                if scratch.shape[0] < 2 * block.shape[0] + 16:
-                    scratch = np.empty(2 * block.shape[0] + 16, dtype=np.uint8)
-                pos = 0
-                while True:
-                    first = rows.n
-                    status, pos, line, rows.n = parse_vw(
-                        block, pos, line, rows.y, rows.weights, rows.lines, rows.tag_spans, rows.indptr,
-                        rows.indices, rows.data, rows.spaces, rows.n, scratch, mask, self.hash_seed, POW5_HI, POW5_LO)
-                    rows.note_tags(block, first)
-                    if status == DONE:
-                        break
-                    if status == VALUES_FULL:
-                        rows.grow()
-                    elif status == PYTHON:
-                        text_end, next_pos = line_end(block, pos)
-                        parsed = parse_vw_line(self.path, line, _line_text(block, pos, text_end))
-                        if parsed is not None:
-                            rows.append_row(line, parsed, hasher)
-                        pos, line = next_pos, line + 1
-                    if status == ROWS_FULL or rows.n == batch_size:
-                        yield rows.take()
+        scratch = np.empty(2 * block.shape[0] + 16, dtype=np.uint8)
+        pos = 0
+        while True:
+            first = rows.n
+            status, pos, line, rows.n = parse_vw(
+                block, pos, line, rows.y, rows.weights, rows.lines, rows.tag_spans, rows.indptr,
+                rows.indices, rows.data, rows.spaces, rows.n, scratch, mask, self.hash_seed, POW5_HI, POW5_LO)
+            rows.note_tags(block, first)
+            if status == DONE:
+                break
+            if status == VALUES_FULL:
+                rows.grow()
+            elif status == PYTHON:
+                text_end, next_pos = line_end(block, pos)
+                parsed = parse_vw_line(self.path, line, _line_text(block, pos, text_end))
+                if parsed is not None:
+                    rows.append_row(line, parsed, hasher)
+                pos, line = next_pos, line + 1
+            if status == ROWS_FULL or rows.n == batch_size:
+                yield rows.take()
         if rows.n:
             yield rows.take()
