@@ -101,7 +101,8 @@ def _competitor(tool, method, data, order):
     from pipelines.bench.contenders import Family, make_contender
 
     contender = make_contender(Family(method, tool, method), None, data)
-    return float(contender.learn_epoch(data, order).mean()), math.nan, math.nan
+    losses, right = contender.learn_epoch(data, order)
+    return float(losses.mean()), 1.0 - float(right.mean()), contender.evaluate(data)[0]
 
 
 def gains(refs, runs: int, competitors: bool, log) -> list[tuple]:
