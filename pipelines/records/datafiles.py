@@ -22,7 +22,8 @@ from typing import Iterator
 
 import numpy as np
 
-from .textbase import Batch, DataError, Reader, _indptr, _is_float, _line_text, _open_text, _read_errors, _RowBuffer
+from .textbase import (Batch, DataError, Reader, _indptr, _is_float, _open_text, _read_errors, _RowBuffer,
+                       block_batches)
 
 __all__ = ["DataError", "Batch", "Reader", "CsvReader", "LibsvmReader",
            "guess_format", "open_reader"]
@@ -293,31 +294,22 @@ class LibsvmReader(Reader):
             yield from parse_blocks(self.path, lambda block, line: self._block_batches(block, line, batch_size))
 
     def _block_batches(self, block, line: int, batch_size: int) -> Iterator[Batch]:
-        """The rows of one block of whole lines, the first of them line ``line``."""
-        from .blocks import line_end
-        from .libsvm_parse import DONE, PYTHON, ROWS_FULL, VALUES_FULL, parse_libsvm
+        from .libsvm_parse import parse_libsvm
         from .numbers import POW5_HI, POW5_LO
 
         rows = _RowBuffer(batch_size)
-        pos = 0
-        while True:
-            status, pos, line, rows.n = parse_libsvm(block, pos, line, rows.y, rows.weights, rows.lines,
-                                                     rows.indptr, rows.indices, rows.data, rows.n, POW5_HI, POW5_LO)
-            if status == DONE:
-                break
-            if status == VALUES_FULL:
-                rows.grow()
-            elif status == PYTHON:
-                text_end, next_pos = line_end(block, pos)
-                parsed = _python_libsvm_row(self.path, line, _line_text(block, pos, text_end))
-                pos = next_pos
-                if parsed is not None:
-                    rows.append(line, *parsed)
-                line += 1
-            if status == ROWS_FULL or rows.n == batch_size:
-                yield rows.take()
-        if rows.n:
-            yield rows.take()
+
+        def parse(block, pos, line):
+            status, pos, line, rows.n = parse_libsvm(block, pos, line, rows.y, rows.weights, rows.lines, rows.indptr,
+                                                     rows.indices, rows.data, rows.n, POW5_HI, POW5_LO)
+            return status, pos, line
+
+        def python_row(line, text):
+            parsed = _python_libsvm_row(self.path, line, text)
+            if parsed is not None:
+                rows.append(line, *parsed)
+
+        return block_batches(block, line, rows, batch_size, parse, python_row)
 
 
 def _python_libsvm_row(path, lineno, raw):

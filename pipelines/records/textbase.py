@@ -133,3 +133,29 @@ class _RowBuffer:
 
 def _line_text(block: np.ndarray, start: int, end: int) -> str:
     return bytes(block[start:end]).decode("utf-8")
+
+
+def block_batches(block: np.ndarray, line: int, rows: _RowBuffer, batch_size: int, parse, python_row) -> Iterator[Batch]:
+    """The batches of one block of whole lines, its first line numbered
+    ``line``. ``parse(block, pos, line)`` runs a compiled parser from pos and
+    returns (status, pos, line) as :mod:`.libsvm_parse` defines them, filling
+    ``rows``; ``python_row(line, text)`` adds the line it hands back (or raises
+    the located error)."""
+    from .blocks import line_end
+    from .libsvm_parse import DONE, PYTHON, ROWS_FULL, VALUES_FULL
+
+    pos = 0
+    while True:
+        status, pos, line = parse(block, pos, line)
+        if status == DONE:
+            break
+        if status == VALUES_FULL:
+            rows.grow()
+        elif status == PYTHON:
+            text_end, next_pos = line_end(block, pos)
+            python_row(line, _line_text(block, pos, text_end))
+            pos, line = next_pos, line + 1
+        if status == ROWS_FULL or rows.n == batch_size:
+            yield rows.take()
+    if rows.n:
+        yield rows.take()

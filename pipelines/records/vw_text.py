@@ -42,7 +42,7 @@ import numpy as np
 
 from learners.interactions import namespace_of
 
-from .textbase import Batch, DataError, Reader, _is_float, _line_text, _open_text, _read_errors, _RowBuffer
+from .textbase import Batch, DataError, Reader, _is_float, _open_text, _read_errors, _RowBuffer, block_batches
 
 _WORD = re.compile(r"[^ \t]+")
 
@@ -231,32 +231,24 @@ class VwReader(Reader):
             yield from parse_blocks(self.path, lambda block, line: self._block_batches(block, line, batch_size, hasher))
 
     def _block_batches(self, block, line: int, batch_size: int, hasher) -> Iterator[Batch]:
-        """The rows of one block of whole lines, the first of them line ``line``."""
-        from .blocks import line_end
         from .numbers import POW5_HI, POW5_LO
-        from .vw_parse import DONE, PYTHON, ROWS_FULL, VALUES_FULL, parse_vw
+        from .vw_parse import parse_vw
 
         mask = (1 << self.hash_bits) - 1
         rows = _VwRowBuffer(batch_size)
         scratch = np.empty(2 * block.shape[0] + 16, dtype=np.uint8)
-        pos = 0
-        while True:
+
+        def parse(block, pos, line):
             first = rows.n
             status, pos, line, rows.n = parse_vw(
                 block, pos, line, rows.y, rows.weights, rows.lines, rows.tag_spans, rows.indptr,
                 rows.indices, rows.data, rows.spaces, rows.n, scratch, mask, self.hash_seed, POW5_HI, POW5_LO)
             rows.note_tags(block, first)
-            if status == DONE:
-                break
-            if status == VALUES_FULL:
-                rows.grow()
-            elif status == PYTHON:
-                text_end, next_pos = line_end(block, pos)
-                parsed = parse_vw_line(self.path, line, _line_text(block, pos, text_end))
-                if parsed is not None:
-                    rows.append_row(line, parsed, hasher)
-                pos, line = next_pos, line + 1
-            if status == ROWS_FULL or rows.n == batch_size:
-                yield rows.take()
-        if rows.n:
-            yield rows.take()
+            return status, pos, line
+
+        def python_row(line, text):
+            parsed = parse_vw_line(self.path, line, text)
+            if parsed is not None:
+                rows.append_row(line, parsed, hasher)
+
+        return block_batches(block, line, rows, batch_size, parse, python_row)
