@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from .errors import EXIT_DEAD_LETTERS, UsageError
@@ -41,8 +42,10 @@ def runner_beam_args(args) -> list[str]:
     from pipelines.provision.cache import ProvisionError
     from pipelines.runners.options import RunnerOptions, beam_args
 
+    local = args.checkpoint_dir and "://" not in args.checkpoint_dir
+    state_dir = os.path.join(args.checkpoint_dir, "flink-state") if local else None  # an embedded Flink's
     opts = RunnerOptions(args.runner, args.flink_master, args.parallelism, args.checkpointing_interval, args.bounded,
-                         args.worker_pool)
+                         args.worker_pool, state_dir)
     try:
         return beam_args(opts, list(args.beam_args))
     except (ValueError, ProvisionError) as exc:
@@ -146,7 +149,25 @@ def _interrupt(*_) -> None:
     # tracebacks: expected while stopping, not worth showing.
     threading.excepthook = lambda hook_args: None
     logging.disable(logging.CRITICAL)
+    sys.stderr = _MainThreadOnly(sys.stderr)  # the SDK harness also prints a failed bundle's traceback itself
     raise KeyboardInterrupt
+
+
+class _MainThreadOnly:
+    """A stream that drops what other threads write (while stopping)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            return self.stream.write(text)
+        return len(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
 
 
 def _stop_on_signals() -> dict:

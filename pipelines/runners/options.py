@@ -18,7 +18,13 @@ flink
     lives in Beam state that Flink snapshots with the source position.
     ``--finish_bundle_before_checkpointing``: without it the MiniCluster
     buffers bundle output in its 5 MB in-memory checkpoints and fails them
-    (docs/runners.md). A failed job restarts from its last checkpoint up to
+    (docs/runners.md). An embedded Flink writes its checkpoints to files
+    (state backend ``filesystem``, under ``state_dir``): its default keeps
+    them in JobManager memory, at most 5 MB, and a model's Beam state is
+    larger (2^18 hashed coordinates of ScInOL2: 8 MB), so every checkpoint
+    failed and the job restarted over and over, sending its predictions
+    again each time. A session cluster's own configuration says where its
+    checkpoints go (``scinol flink up``: files). A failed job restarts from its last checkpoint up to
     30 times 3 s apart, long enough for a killed TaskManager to be replaced.
     A bounded run (``--bounded``) streams too, without checkpoints: with
     checkpointing the job wrote all its predictions but did not end (seen
@@ -35,7 +41,10 @@ A Beam flag the user passes after ``--`` overrides the one made here.
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
+from pathlib import Path
 from typing import NamedTuple
 
 RUNNERS = ("direct", "flink", "prism")
@@ -43,6 +52,7 @@ LOCAL = "[local]"
 DEFAULT_CHECKPOINTING_INTERVAL_MS = 10_000
 RESTART_ATTEMPTS = 30
 RESTART_DELAY_MS = 3_000
+DEFAULT_STATE_DIR = os.path.join(tempfile.gettempdir(), "scinol-flink-state")
 _HOST_PORT = re.compile(r"^[A-Za-z0-9.-]+:\d{1,5}$")
 _MASTER = re.compile(r"^(\[local\]|\[auto\]|[A-Za-z0-9.-]+:\d{1,5})$")
 
@@ -58,6 +68,8 @@ class RunnerOptions(NamedTuple):
     """The run stops at the end offsets seen at its start (``--bounded``)."""
     worker_pool: str | None = None
     """``host:port`` of a Beam SDK worker pool (EXTERNAL environment) instead of LOOPBACK."""
+    state_dir: str | None = None
+    """Where an embedded Flink writes its checkpoints (default: :data:`DEFAULT_STATE_DIR`)."""
 
 
 def check(opts: RunnerOptions) -> None:
@@ -108,6 +120,9 @@ def flink_args(opts: RunnerOptions, job_server_jar=None) -> list[str]:
     args.append("--streaming")  # batch mode reorders a partition's events on their way to the model
     if not opts.bounded:
         args += [f"--checkpointing_interval={interval}", "--finish_bundle_before_checkpointing"]
+        if (opts.flink_master or LOCAL) == LOCAL:
+            state = Path(opts.state_dir or DEFAULT_STATE_DIR).resolve()
+            args += ["--state_backend=filesystem", f"--state_backend_storage_path={state.as_uri()}"]
     args += [f"--number_of_execution_retries={RESTART_ATTEMPTS}", f"--execution_retry_delay={RESTART_DELAY_MS}"]
     if opts.parallelism is not None:
         args.append(f"--parallelism={opts.parallelism}")

@@ -148,7 +148,8 @@ def test_flink_manifests():
     assert unknown <= {"checkpointing_interval", "finish_bundle_before_checkpointing", "number_of_execution_retries",
                        "execution_retry_delay"}
     # the Beam flags `scinol run --runner flink` passes here, but for where the job server and workers are
-    here = flink_args(RunnerOptions("flink", parallelism=2, checkpointing_interval=60000), job_server_jar="x.jar")
+    here = flink_args(RunnerOptions("flink", flink_master="scinol-flink-rest:8081", parallelism=2,
+                                    checkpointing_interval=60000), job_server_jar="x.jar")
     where = ("--runner", "--flink_master", "--flink_version", "--flink_job_server_jar", "--environment_type")
     assert {a for a in here if a.split("=")[0] not in where} <= set(ns.beam_args)
     job_port = int(beam["job_endpoint"].rsplit(":", 1)[1])

@@ -44,12 +44,27 @@ def children(pid: int) -> dict[int, str]:
     return found
 
 
-def test_sigterm_stops_an_unbounded_flink_run_and_its_job_server(tansu_bootstrap, topic_name,
-                                                                 tmp_path, flink_job_server_jar):
-    _, _, events = toy_stream(20)
+def large_model_events(n: int) -> list[dict]:
+    """Toy events plus one coordinate near 2^18 each: the model's state spans
+    all 2^18 coordinates (8 MB), more than an embedded Flink's default
+    in-memory checkpoints take (5 MB)."""
+    _, _, events = toy_stream(n)
+    for i, event in enumerate(events):
+        values = event["features"]["values"]
+        event["features"] = {"indices": list(range(len(values))) + [(1 << 18) - 1 - i], "values": values + [1.0]}
+    return events
+
+
+def completed_checkpoints(state_dir) -> list[str]:
+    return [str(p) for p in state_dir.glob("*/chk-*/_metadata")]
+
+
+def test_an_unbounded_flink_run_checkpoints_a_large_model_without_restarts_and_stops_on_sigterm(
+        tansu_bootstrap, topic_name, tmp_path, flink_job_server_jar):
+    events = large_model_events(20)
     produce_events(tansu_bootstrap, topic_name, events, partitions=1, progress=False)
     predictions = topic_name + ".pred"
-    err_path = tmp_path / "stderr"
+    err_path, state_dir = tmp_path / "stderr", tmp_path / "ckpt" / "flink-state"
     with open(err_path, "w") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", tansu_bootstrap, "--topic", topic_name,
@@ -58,9 +73,11 @@ def test_sigterm_stops_an_unbounded_flink_run_and_its_job_server(tansu_bootstrap
     try:
         deadline = time.monotonic() + 300
         while len(read_topic(tansu_bootstrap, predictions, timeout=5) if topic_exists(tansu_bootstrap, predictions)
-                  else []) < len(events):
+                  else []) < len(events) or len(completed_checkpoints(state_dir)) == 0:
             assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()[-3000:]
             time.sleep(2)
+        time.sleep(6)  # three more checkpoint intervals: a failing checkpoint would restart the job by now
+        assert len(read_topic(tansu_bootstrap, predictions, timeout=5)) == len(events)  # none sent again
         servers = [pid for pid, cmd in children(proc.pid).items() if "job-server.jar" in cmd]
         assert len(servers) == 1, children(proc.pid)
         proc.send_signal(signal.SIGTERM)

@@ -42,6 +42,26 @@ def test_flink_defaults_to_the_embedded_cluster_and_ten_second_checkpoints():
     assert not any(a.startswith("--parallelism") for a in args)
 
 
+def test_an_embedded_flink_writes_its_checkpoints_to_files_a_session_cluster_where_it_is_configured(tmp_path):
+    # the embedded default (JobManager memory, 5 MB) fails every checkpoint of a model of 2^18 coordinates
+    args = flink(state_dir=str(tmp_path / "state"))
+    assert "--state_backend=filesystem" in args
+    assert f"--state_backend_storage_path={(tmp_path / 'state').as_uri()}" in args
+    assert any(a.startswith("--state_backend_storage_path=file:///") for a in flink())  # a default folder
+    assert not any(a.startswith("--state_backend") for a in flink(flink_master="localhost:8081"))
+    assert not any(a.startswith("--state_backend") for a in flink(bounded=True))  # no checkpoints at all
+
+
+def test_scinol_run_puts_an_embedded_flinks_checkpoints_beside_its_own(tmp_path, monkeypatch):
+    from pipelines.cli.run import runner_beam_args
+
+    monkeypatch.setattr("pipelines.provision.flink.provision_flink_job_server", lambda *a: JAR)
+    args = build_parser().parse_args(["run", "--bootstrap", "b:9092", "--topic", "t", "--predictions-topic", "p",
+                                      "--runner", "flink",
+                                      "--checkpoint-dir", str(tmp_path / "ck")])
+    assert f"--state_backend_storage_path={(tmp_path / 'ck' / 'flink-state').as_uri()}" in runner_beam_args(args)
+
+
 def test_a_bounded_flink_run_streams_without_checkpoints():
     # not batch mode: it reorders a partition's events on their way to the model (docs/runners.md)
     args = flink(bounded=True)
