@@ -122,6 +122,24 @@ def gains(refs, runs: int, competitors: bool, log) -> list[tuple]:
     return rows
 
 
+def held_out(refs, runs: int, passes: int) -> list[tuple]:
+    """(data set, learner, held-out accuracy, test log loss) after ``passes``
+    passes over the training split (orders as the accuracy benchmark's
+    multi-pass runs), mean of ``runs`` orders: ScInOL2 and scinol-mix, plain
+    and with iterate averaging."""
+    from pipelines.bench.contenders import Family
+    from pipelines.bench.multi_epoch import Task, run_task
+
+    rows = []
+    for ref in refs:
+        for label in ("scinol2", "scinol-mix", "scinol-mix:average=1"):
+            family = Family(label, "scinol-stream", label, free=True)
+            done = [run_task(Task(ref, family, None, r, passes)) for r in range(runs)]
+            rows.append((ref[-1], label, float(np.mean([d.test_acc[-1] for d in done])),
+                         float(np.mean([d.test_loss[-1] for d in done]))))
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m pipelines.bench.mixture", description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=1_000_000, help="dense rows for the cost (default 1,000,000)")
@@ -133,6 +151,8 @@ def main(argv=None) -> int:
     p.add_argument("--paper-sets", default="madelon,bank,adult,shuttle")
     p.add_argument("--competitors", action="store_true", help="also VW and River, untuned")
     p.add_argument("--skip-cost", action="store_true")
+    p.add_argument("--passes", type=int, default=0,
+                   help="instead of the one-pass gains: held-out accuracy after this many passes")
     args = p.parse_args(argv)
     say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     t0 = time.perf_counter()
@@ -146,6 +166,12 @@ def main(argv=None) -> int:
     refs = [("bundled", n) for n in args.datasets.split(",") if n]
     if args.paper_data:
         refs += [("paper", args.paper_data, n) for n in args.paper_sets.split(",") if n]
+    if args.passes > 0:
+        print(f"| data set | learner | held-out accuracy after {args.passes} passes | test log loss |\n|---|---|---|---|")
+        for name, label, acc, loss in held_out(refs, args.runs, args.passes):
+            print(f"| {name} | {label} | {acc:.3f} | {loss:.4f} |")
+        print(f"\nmean of {args.runs} orders; {time.perf_counter() - t0:.0f} s")
+        return 0
     rows = gains(refs, args.runs, args.competitors, say)
     labels = list(rows[0][2]) if rows else []
     print("| data set | K | " + " | ".join(labels) + " |\n|---|---|" + "---|" * len(labels))

@@ -22,3 +22,12 @@ def test_tables_with_same_run_baselines_and_the_bound(capsys):
     assert zero == round(math.log(3), 4)
     t = 100  # iris training rows (2/3 of 150)
     assert mix <= min(scinol2, zero) + math.log(3) / t + 1e-4
+
+
+def test_held_out_accuracy_after_several_passes(capsys):
+    assert mixture.main(["--skip-cost", "--passes", "2", "--runs", "1", "--datasets", "iris"]) == 0
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| iris")]
+    assert [r[1] for r in rows] == ["scinol2", "scinol-mix", "scinol-mix:average=1"]
+    assert all(0.0 <= float(r[2]) <= 1.0 and 0.0 < float(r[3]) for r in rows)
+    assert float(rows[1][2]) > 1 / 3  # better than guessing one of three classes
