@@ -231,6 +231,13 @@ class ModelRunner:
         return [labelled_prediction(m.event_id, self.model, m.event, m.label, losses[i], prob[i], klass[i])
                 for i, m in enumerate(matched)]
 
+    def approx_bytes(self) -> int:
+        """About how much memory this model holds (its learner's arrays and the
+        events awaiting labels), in O(1) of the number waiting."""
+        state = getattr(self.learner, "state", None)
+        arrays = sum(a.nbytes for a in state.arrays.values()) if state is not None else 0
+        return arrays + (self.pending.approx_bytes() if self.pending is not None else 0)
+
     @property
     def labelled(self) -> int:
         return self.metrics.labelled

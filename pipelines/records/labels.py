@@ -89,6 +89,10 @@ def check_label(record: dict, loss: str, n_classes: int | None) -> tuple[str, st
     return check_label_and_weight(record, loss, n_classes)
 
 
+_WAITING_OVERHEAD = 600  # bytes of a held event besides its arrays: the Waiting, its ids, arrays' headers
+_ENTRY_OVERHEAD = 200  # an early label or a remembered id
+
+
 class PendingStore:
     """One model's events awaiting labels and labels awaiting events."""
 
@@ -101,6 +105,7 @@ class PendingStore:
         self.label_clock = -math.inf  # the newest label timestamp seen (ms)
         self.expired_events = 0
         self.unmatched_labels: list[tuple[KafkaMessage, str, str]] = []  # (message, reason, detail), for dead letters
+        self._held, self._held_bytes = 0, 0  # events ever held and their size: approx_bytes's mean
         self.dropped: list[str] | None = None
         """A list to collect the ids of events that leave unlearned (expired, or their label too late), for
         whoever keeps more of them elsewhere (sharded mode's combine step); None: not collected."""
@@ -140,7 +145,15 @@ class PendingStore:
         if self.gone.get(event_id) in (LABELLED, TOO_LATE):
             return
         self.events[event_id] = waiting
+        self._held += 1
+        self._held_bytes += _WAITING_OVERHEAD + waiting.indices.nbytes + waiting.values.nbytes + waiting.scores.nbytes
         self._bound()
+
+    def approx_bytes(self) -> int:
+        """About how much memory the store holds, in O(1): the waiting events
+        at the mean size of those held so far, plus the labels and ids kept."""
+        mean = self._held_bytes / self._held if self._held else _WAITING_OVERHEAD
+        return int(len(self.events) * mean + (len(self.labels) + len(self.gone)) * _ENTRY_OVERHEAD)
 
     def add_label(self, event_id: str, ts_ms: int, label: float, weight: float,
                   message: KafkaMessage) -> Matched | None:
