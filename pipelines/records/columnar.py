@@ -348,7 +348,55 @@ class ColumnarEvent(Mapping):
             rows = np.fromiter((e.i for e in events if e.cols is cols), np.int64, len(events))
         except (AttributeError, ValueError):  # not all ColumnarEvents, or of other batches
             return None
-        return gather_rows(cols.indptr, cols.indices, cols.values, rows), cols.label[rows]
+        return gather_rows(cols.indptr, cols.indices, cols.values, rows), _own_labels(events, cols.label[rows])[0]
+
+    def with_label(self, label: float, weight: float | None) -> "LabelledEvent":
+        """This event with a label (and weight, None: its own) that came on a
+        labels topic before it: still a row of the columns, so the batch
+        keeps its compiled paths and ``features`` is never decoded again."""
+        return LabelledEvent(self.cols, self.i, label, weight)
+
+
+class LabelledEvent(ColumnarEvent):
+    """A :class:`ColumnarEvent` whose label (and maybe weight) came apart."""
+
+    __slots__ = ("label", "weight")
+
+    def __init__(self, cols: EventColumns, i: int, label: float, weight: float | None):
+        super().__init__(cols, i)
+        self.label, self.weight = label, weight
+
+    def __getitem__(self, key):
+        if key == "label":
+            return self.label
+        if key == "weight" and self.weight is not None:
+            return self.weight
+        return ColumnarEvent.__getitem__(self, key)
+
+    def get(self, key, default=None):
+        if key == "label":
+            return self.label
+        if key == "weight" and self.weight is not None:
+            return self.weight
+        return ColumnarEvent.get(self, key, default)
+
+    def __reduce__(self):
+        return LabelledEvent, (self.cols, self.i, self.label, self.weight)
+
+
+def _own_labels(events: list, label: np.ndarray, has_label: np.ndarray | None = None):
+    """``label`` (the columns' labels of ``events``) with the labels of
+    :class:`LabelledEvent` rows put in, as copies."""
+    late = [(k, e.label) for k, e in enumerate(events) if type(e) is LabelledEvent]
+    if not late:
+        return label, has_label
+    label = label.copy()
+    has_label = None if has_label is None else has_label.copy()
+    for k, value in late:
+        label[k] = value
+        if has_label is not None:
+            has_label[k] = True
+    return label, has_label
 
 
 # ---------------------------------------------------------------- a model's batch of predictions as Kafka values
@@ -367,8 +415,9 @@ def event_arrays(events: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
         except (AttributeError, ValueError):  # not all ColumnarEvents, or of other batches
             rows = None
         if rows is not None:
+            label, has_label = _own_labels(events, cols.label[rows], cols.has_label[rows])
             return (cols.buf, cols.id_start[rows], cols.id_end[rows], cols.timestamp[rows].astype(np.float64),
-                    cols.label[rows], cols.has_label[rows])
+                    label, has_label)
     from pipelines.records.predictions import millis
 
     ids = [e["id"].encode() for e in events]

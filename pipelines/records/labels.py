@@ -136,7 +136,10 @@ class PendingStore:
         early = self.take_early_label(event["id"], int(millis(event["timestamp"])))
         if early is None:
             return event
-        return {**event, "label": early.label, **({} if early.weight != early.weight else {"weight": early.weight})}
+        weight = None if early.weight != early.weight else early.weight
+        if hasattr(event, "with_label"):  # a row of decoded columns (pipelines.records.columnar)
+            return event.with_label(early.label, weight)
+        return {**event, "label": early.label, **({} if weight is None else {"weight": weight})}
 
     def add_event(self, event_id: str, waiting: Waiting) -> None:
         """Hold an unlabelled event (predicted) until its label comes (unless

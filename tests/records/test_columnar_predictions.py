@@ -5,6 +5,8 @@ on random batches: labelled and unlabelled, weighted, binary, regression
 and multiclass, events of a decoded batch of columns and plain records;
 and the cases it cannot make identical bytes for fall back to that path."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -171,3 +173,37 @@ def test_a_batch_of_columnar_events_pickles_as_its_columns_and_comes_back_the_sa
         assert [dict(e) for _, e in back] == [dict(e) for _, e in batch]
         compact = all(hasattr(e, "cols") for _, e in batch)
         assert (b"_event_batch" in data) == compact and (b"ColumnarEvent" in data) != compact
+
+
+@pytest.mark.parametrize("loss,n_classes", LOSSES)
+def test_labels_that_came_first_keep_the_columns_and_learn_as_records_do(loss, n_classes, monkeypatch):
+    """Events whose labels came on the labels topic before them: as rows of
+    the columns (never decoded again) they give the same predictions and the
+    same model as the same events as plain records."""
+    from pipelines.records.columnar import EventColumns, LabelledEvent
+    from pipelines.records.labels import PendingStore
+
+    rng = np.random.default_rng(11)
+    records = [{**r, "label": None} for r in random_events(rng, 200, "dense", n_classes, loss)]
+    truth = random_events(np.random.default_rng(11), 200, "dense", n_classes, loss)  # the same draws: labels
+    settings = LabelSettings("labels", math.inf, 10_000)
+    make = lambda: make_learner("scinol2", loss, n_classes=n_classes)  # noqa: E731
+    runners, outputs = [], []
+    for events in (records, columnar(records, loss, n_classes)):
+        runner = ModelRunner("m", make, labels=settings)
+        for k in range(0, 200, 2):  # every other event's label comes first
+            label = truth[k]["label"] if truth[k]["label"] is not None else 1.0
+            runner.pending.add_label(records[k]["id"], 0, label, float("nan"), None)
+        items = [(Position("events", 0, i), e) for i, e in enumerate(events)]
+        if events is not records:
+            monkeypatch.setattr(EventColumns, "record", lambda *a: pytest.fail("features decoded again"))
+            probe = PendingStore(math.inf, 10)
+            probe.add_label(records[0]["id"], 0, 1.0, float("nan"), None)
+            assert type(probe.with_early_label(events[0])) is LabelledEvent
+        outputs.append([CODEC.decode(v) for v in runner.process_encoded(items, CODEC, TOPIC)])
+        runners.append(runner)
+    for want, got in zip(*outputs, strict=True):
+        assert {**want, "latency_ms": 0} == {**got, "latency_ms": 0}
+    assert sum(p["label"] is not None for p in outputs[1]) == 100
+    a, b = (r.learner.state.arrays for r in runners)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
