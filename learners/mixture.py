@@ -53,9 +53,7 @@ L_i for each expert.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
 
 import numpy as np
 from numba import njit
@@ -64,6 +62,7 @@ from . import math_kotlowski as KO
 from . import math_kt as KT
 from . import math_scinol as SC
 from .codes import KT_COORD, SCINOL1, SCINOL2
+from .jitcache import drop_stale_cache
 from .losses import LOGISTIC, SOFTMAX, loss_grad_into
 from .state import LearnerState
 
@@ -592,33 +591,4 @@ def base_weights(prm, glob, P, Q):
     return out
 
 
-def _drop_stale_cache() -> None:
-    """Numba keys the on-disk cache to this file only, but the kernel
-    inlines the math modules and the losses: drop it when any changed."""
-    import glob
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    digest = hashlib.sha256()
-    for name in sorted(os.listdir(here)):
-        if name in ("mixture.py", "losses.py") or name.startswith("math_") and name.endswith(".py"):
-            with open(os.path.join(here, name), "rb") as f:
-                digest.update(name.encode() + b"\0" + f.read())
-    cache_dir = learn_rows._cache.cache_path
-    stamp = os.path.join(cache_dir, "mixture.sources.sha256")
-    try:
-        with open(stamp) as f:
-            if f.read() == digest.hexdigest():
-                return
-    except OSError:
-        pass
-    try:
-        for path in glob.glob(os.path.join(cache_dir, "mixture.*.nb[ic]")):
-            os.unlink(path)
-        os.makedirs(cache_dir, exist_ok=True)
-        with open(stamp, "w") as f:
-            f.write(digest.hexdigest())
-    except OSError:  # a read-only install
-        pass
-
-
-_drop_stale_cache()
+drop_stale_cache("mixture", learn_rows)
