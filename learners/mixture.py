@@ -68,6 +68,11 @@ from .state import LearnerState
 
 jit = njit(cache=True, error_model="numpy")
 inline = njit(cache=True, error_model="numpy", inline="always")
+# Without numba's reference counting, for the row loop and the mixing, which
+# allocate nothing: in a function that large its pruning of the counts
+# fails, and the atomic increment and decrement of every array passed to an
+# inlined helper or sliced took most of the kernel's time (perf, gdb).
+no_refcount = njit(cache=True, error_model="numpy", _nrt=False)
 
 BASES = ("scinol2", "scinol1", "kt-coord", "kotlowski1", "scinol2-centred")
 EXPERTS = (*BASES, "zero")
@@ -202,7 +207,7 @@ def _mix_logistic_fast(glob, on, yb, top, out):
     return True
 
 
-@jit
+@no_refcount
 def mix_scores(loss, glob, on, yb, out):
     """The mixture's scores from the bases' (yb, (4, K)) and the L_i."""
     top = -glob[L0 + ZERO]
@@ -504,18 +509,10 @@ def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n
         _learn_means(prm, P, Q, indices, data, start, end, dense, bias, h)
 
 
-@inline
-def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, n_out):
-    on = flags(prm)
+@no_refcount
+def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, on, W, yb, fb,
+          ex, ymix, tmp, n_out):
     kprm = prm[1:3]
-    longest = 0
-    for i in range(indptr.shape[0] - 1):
-        longest = max(longest, indptr[i + 1] - indptr[i])
-    W = np.zeros((N_BASES, longest + 1, n_out))
-    yb = np.zeros((N_BASES, n_out))
-    fb = np.zeros((N_BASES, n_out))
-    ex = np.zeros(2)
-    ymix, tmp = np.empty(n_out), np.empty(n_out)
     zero_loss = math.log(2.0) if loss == LOGISTIC else math.log(n_out)
     for i in range(indptr.shape[0] - 1):
         start, end = indptr[i], indptr[i + 1]
@@ -524,11 +521,13 @@ def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss
         weight_i = iw[i] if iw.shape[0] else 1.0
         if not learning or weight_i == 0.0:
             mix_scores(loss, glob, on, yb, ymix)
-            scores[i, :] = ymix
+            for c in range(n_out):
+                scores[i, c] = ymix[c]
             losses[i] = math.nan if not learning else loss_grad_into(loss, loss_prm, y[i], ymix, tmp)
             continue
         losses[i] = _combine(loss, loss_prm, glob, on, yb, ex, y[i], weight_i, fb, ymix, tmp, zero_loss)
-        scores[i, :] = ymix
+        for c in range(n_out):
+            scores[i, c] = ymix[c]
         _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n_out, weight_i)
 
 
@@ -536,11 +535,19 @@ def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss
 def learn_rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     """As :mod:`learners.kernels`' batch kernels: scores[i] is the mixture's
     score before learning from row i, losses[i] its loss (NaN unlabelled)."""
-    if P.shape[1] == 1:
-        _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, 1)
+    n_out = P.shape[1]
+    longest = 0
+    for i in range(indptr.shape[0] - 1):
+        longest = max(longest, indptr[i + 1] - indptr[i])
+    W = np.zeros((N_BASES, longest + 1, n_out))
+    yb, fb, ex = np.zeros((N_BASES, n_out)), np.zeros((N_BASES, n_out)), np.zeros(2)
+    ymix, tmp = np.empty(n_out), np.empty(n_out)
+    args = (prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, flags(prm),
+            W, yb, fb, ex, ymix, tmp)
+    if n_out == 1:  # a constant: the loops over k fold away
+        _rows(*args, 1)
     else:
-        _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses,
-              P.shape[1])
+        _rows(*args, n_out)
 
 
 @jit
