@@ -101,6 +101,13 @@ defaults); then 1/0: whether KT, ScInOL1, Kotłowski's Alg. 1 take part;
 ``center`` 1/0: whether the running-mean-centred ScInOL2 takes part."""
 
 
+# The bases' weight and update inlined into the passes (numba IR): compiled
+# apart, LLVM left them as calls of some forty arguments each, per coordinate.
+_sc_weight, _sc_update, _kt_weight, _kt_update, _ko_weight, _ko_update = (
+    njit(error_model="numpy", inline="always")(f.py_func)
+    for f in (SC.weight, SC.update, KT.weight, KT.update, KO.weight, KO.update))
+
+
 @jit
 def flags(prm):
     """Which linear bases run: ScInOL2 always; ScInOL1, KT, Kotłowski and
@@ -159,6 +166,14 @@ def _lse_add(m, s, v):
 
 
 @inline
+def _exp_prior(a):
+    """exp(a) for a ≤ 0, without calling exp where the result is 0 anyway
+    (a < -745.2): on underflow glibc's exp takes a slow error-reporting path,
+    and a lagging expert (the zero one, soon) underflows on every row."""
+    return math.exp(a) if a > -746.0 else 0.0
+
+
+@inline
 def _softplus(z):
     return math.log1p(math.exp(-abs(z))) + max(z, 0.0)
 
@@ -186,7 +201,7 @@ def _mix_logistic_fast(glob, on, yb, top, out):
     sums below take about four of each. Both sums are ≥ π_best min σ, so
     they are far from underflow unless some |z| is past ~700; then (False)
     the log-domain path runs."""
-    pz = math.exp(top - glob[L0 + ZERO])  # the zero expert: σ(0) = 1/2
+    pz = _exp_prior(top - glob[L0 + ZERO])  # the zero expert: σ(0) = 1/2
     sp, sn = pz * 0.5, pz * 0.5
     for i in range(N_BASES):
         if not on[i] or not glob[L0 + i] < DEAD:
@@ -194,7 +209,7 @@ def _mix_logistic_fast(glob, on, yb, top, out):
         z = yb[i, 0]
         if not abs(z) < 700.0:  # also NaN: the log-domain path decides
             return False
-        pi = math.exp(top - glob[L0 + i])
+        pi = _exp_prior(top - glob[L0 + i])
         e = math.exp(-abs(z))
         big, small = pi / (1.0 + e), pi * e / (1.0 + e)
         if z >= 0.0:
@@ -293,24 +308,24 @@ def _col(indices, p, start, dense):
 @inline
 def _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, x, t, learning):
     if b == 0 or b == CENTRED:  # the centred expert gets x - μ and its own G, S², η, M
-        return SC.weight(SCINOL2, prm, Pb, Qb, j, k, x, t)
+        return _sc_weight(SCINOL2, prm, Pb, Qb, j, k, x, t)
     if b == 1:
-        return SC.weight(SCINOL1, prm, Pb, Qb, j, k, x, t)
+        return _sc_weight(SCINOL1, prm, Pb, Qb, j, k, x, t)
     if b == 2:
-        return KT.weight(KT_COORD, prm, glob, Pb, j, k, t, learning)
-    return KO.weight(kprm, glob, Pb, Qb, j, k, x, t)
+        return _kt_weight(KT_COORD, prm, glob, Pb, j, k, t, learning)
+    return _ko_weight(kprm, glob, Pb, Qb, j, k, x, t)
 
 
 @inline
 def _update_of(b, prm, glob, Pb, Qb, j, x, t, Fb, Wb, slot, n_out):
     if b == 0 or b == CENTRED:
-        SC.update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)
+        _sc_update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)
     elif b == 1:
-        SC.update(SCINOL1, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)  # M already max'd: the same M²
+        _sc_update(SCINOL1, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)  # M already max'd: the same M²
     elif b == 2:
-        KT.update(KT_COORD, glob, Pb, j, x, Fb, Wb, slot, n_out)
+        _kt_update(KT_COORD, glob, Pb, j, x, Fb, Wb, slot, n_out)
     else:
-        KO.update(Pb, Qb, j, x, Fb, n_out)
+        _ko_update(Pb, Qb, j, x, Fb, n_out)
 
 
 @inline
@@ -372,7 +387,7 @@ def _scinol2_scores(prm, Q, Pb, Qb, indices, data, start, end, dense, bias, t, c
     for k in range(n_out):
         acc = 0.0
         if bias:
-            w = SC.weight(SCINOL2, prm, Pb, Qb, 0, k, 1.0, t)
+            w = _sc_weight(SCINOL2, prm, Pb, Qb, 0, k, 1.0, t)
             Wb[0, k] = w
             acc += w
         for p in range(start, end):
@@ -381,7 +396,7 @@ def _scinol2_scores(prm, Q, Pb, Qb, indices, data, start, end, dense, bias, t, c
                 j = (p - start if dense else indices[p]) + bias
                 if centre:
                     x = centred(Q, j, x)
-                w = SC.weight(SCINOL2, prm, Pb, Qb, j, k, x, t)
+                w = _sc_weight(SCINOL2, prm, Pb, Qb, j, k, x, t)
                 Wb[p - start + bias, k] = w
                 acc += x * w
         yb[b, k] = acc
@@ -424,14 +439,14 @@ def _score_pass(b, prm, kprm, glob, P, Q, Pb, Qb, indices, data, start, end, den
 def _update_pass(b, prm, glob, Pb, Qb, Q, indices, data, start, end, dense, bias, t, Fb, Wb, n_out):
     if b == 0 or b == CENTRED:  # ScInOL2 alone in the loop, as in its own kernel
         if bias:
-            SC.update(SCINOL2, prm, Pb, Qb, 0, 1.0, t, Fb, Wb, 0, n_out)
+            _sc_update(SCINOL2, prm, Pb, Qb, 0, 1.0, t, Fb, Wb, 0, n_out)
         for p in range(start, end):
             x = data[p]
             if x != 0.0:
                 j = (p - start if dense else indices[p]) + bias
                 if b == CENTRED:
                     x = centred(Q, j, x)
-                SC.update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, p - start + bias, n_out)
+                _sc_update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, p - start + bias, n_out)
         return
     if bias:
         _update_of(b, prm, glob, Pb, Qb, 0, 1.0, t, Fb, Wb, 0, n_out)
