@@ -69,9 +69,9 @@ from .state import LearnerState
 jit = njit(cache=True, error_model="numpy")
 inline = njit(cache=True, error_model="numpy", inline="always")
 # Without numba's reference counting, for the row loop and the mixing, which
-# allocate nothing: in a function that large its pruning of the counts
-# fails, and the atomic increment and decrement of every array passed to an
-# inlined helper or sliced took most of the kernel's time (perf, gdb).
+# allocate nothing: its pruning left the counts in this large inlined kernel,
+# and the atomic increment and decrement of every array passed to an inlined
+# helper or sliced took most of the kernel's time (perf, gdb).
 no_refcount = njit(cache=True, error_model="numpy", _nrt=False)
 
 BASES = ("scinol2", "scinol1", "kt-coord", "kotlowski1", "scinol2-centred")
