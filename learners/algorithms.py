@@ -147,14 +147,7 @@ class Algorithm:
 
     def check_state(self, state: LearnerState, n_outputs: int) -> None:
         """ValueError unless ``state`` has this learner's arrays and scalars."""
-        expected = self.init_state(1, n_outputs)
-        if set(state.arrays) != set(expected.arrays) or set(state.scalars) != set(expected.scalars):
-            raise ValueError(f"state fields do not match {self.name}")
-        for name, arr in expected.arrays.items():
-            got = state.arrays[name]
-            if got.shape[1:] != arr.shape[1:] or got.dtype != arr.dtype:
-                raise ValueError(f"array {name!r} is {got.dtype}{list(got.shape)}, {self.name} needs "
-                                 f"{arr.dtype}[n, {', '.join(map(str, arr.shape[1:]))}]")
+        state.check_like(self.init_state(1, n_outputs), self.name)
 
     def _glob(self, state) -> np.ndarray:
         return np.array([state.scalars[g] for g in self.spec.globals])

@@ -42,6 +42,7 @@ from . import math_kt as KT
 from . import math_ogd as OG
 from . import math_pa as PA
 from . import math_scinol as SC
+from .jitcache import drop_stale_cache
 from .losses import loss_grad_into
 
 # error_model="numpy": IEEE division, no Python ZeroDivisionError checks in
@@ -413,38 +414,6 @@ def current_weights(a, prm, glob, P, Q):
     return out
 
 
-def _drop_stale_cache() -> None:
-    """Numba keys its on-disk cache to this file only, but the kernels inline
-    the math modules and the losses: if any of those changed since the cache
-    was written, a stale kernel would load. Key the cache to all of them."""
-    import glob
-    import hashlib
-    import os
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    digest = hashlib.sha256()
-    for name in sorted(os.listdir(here)):
-        if name == "kernels.py" or name == "losses.py" or name.startswith("math_") and name.endswith(".py"):
-            with open(os.path.join(here, name), "rb") as f:
-                digest.update(name.encode() + b"\0" + f.read())
-    cache_dir = _learn_scinol1._cache.cache_path
-    stamp = os.path.join(cache_dir, "kernels.sources.sha256")
-    try:
-        with open(stamp) as f:
-            if f.read() == digest.hexdigest():
-                return
-    except OSError:
-        pass
-    try:
-        for path in glob.glob(os.path.join(cache_dir, "kernels.*.nb[ic]")):
-            os.unlink(path)
-        os.makedirs(cache_dir, exist_ok=True)
-        with open(stamp, "w") as f:
-            f.write(digest.hexdigest())
-    except OSError:  # a read-only install: numba then caches elsewhere or not at all
-        pass
-
-
-_drop_stale_cache()
+drop_stale_cache("kernels", _learn_scinol1)
 
 __all__ = ["LEARN_ROWS", "predict_row", "combine_row", "loss_only", "update_row", "current_weights"]

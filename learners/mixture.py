@@ -53,9 +53,7 @@ L_i for each expert.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
 
 import numpy as np
 from numba import njit
@@ -64,11 +62,17 @@ from . import math_kotlowski as KO
 from . import math_kt as KT
 from . import math_scinol as SC
 from .codes import KT_COORD, SCINOL1, SCINOL2
+from .jitcache import drop_stale_cache
 from .losses import LOGISTIC, SOFTMAX, loss_grad_into
 from .state import LearnerState
 
 jit = njit(cache=True, error_model="numpy")
 inline = njit(cache=True, error_model="numpy", inline="always")
+# Without numba's reference counting, for the row loop and the mixing, which
+# allocate nothing: its pruning left the counts in this large inlined kernel,
+# and the atomic increment and decrement of every array passed to an inlined
+# helper or sliced took most of the kernel's time (perf, gdb).
+no_refcount = njit(cache=True, error_model="numpy", _nrt=False)
 
 BASES = ("scinol2", "scinol1", "kt-coord", "kotlowski1", "scinol2-centred")
 EXPERTS = (*BASES, "zero")
@@ -95,6 +99,13 @@ defaults); then 1/0: whether KT, ScInOL1, Kotłowski's Alg. 1 take part;
 ``average`` 1: unlabelled rows are scored with each base's averaged iterate
 (1/T) Σ_t w_t (online-to-batch conversion), labelled rows as always;
 ``center`` 1/0: whether the running-mean-centred ScInOL2 takes part."""
+
+
+# The bases' weight and update inlined into the passes (numba IR): compiled
+# apart, LLVM left them as calls of some forty arguments each, per coordinate.
+_sc_weight, _sc_update, _kt_weight, _kt_update, _ko_weight, _ko_update = (
+    njit(error_model="numpy", inline="always")(f.py_func)
+    for f in (SC.weight, SC.update, KT.weight, KT.update, KO.weight, KO.update))
 
 
 @jit
@@ -155,6 +166,14 @@ def _lse_add(m, s, v):
 
 
 @inline
+def _exp_prior(a):
+    """exp(a) for a ≤ 0, without calling exp where the result is 0 anyway
+    (a < -745.2): on underflow glibc's exp takes a slow error-reporting path,
+    and a lagging expert (the zero one, soon) underflows on every row."""
+    return math.exp(a) if a > -746.0 else 0.0
+
+
+@inline
 def _softplus(z):
     return math.log1p(math.exp(-abs(z))) + max(z, 0.0)
 
@@ -182,7 +201,7 @@ def _mix_logistic_fast(glob, on, yb, top, out):
     sums below take about four of each. Both sums are ≥ π_best min σ, so
     they are far from underflow unless some |z| is past ~700; then (False)
     the log-domain path runs."""
-    pz = math.exp(top - glob[L0 + ZERO])  # the zero expert: σ(0) = 1/2
+    pz = _exp_prior(top - glob[L0 + ZERO])  # the zero expert: σ(0) = 1/2
     sp, sn = pz * 0.5, pz * 0.5
     for i in range(N_BASES):
         if not on[i] or not glob[L0 + i] < DEAD:
@@ -190,7 +209,7 @@ def _mix_logistic_fast(glob, on, yb, top, out):
         z = yb[i, 0]
         if not abs(z) < 700.0:  # also NaN: the log-domain path decides
             return False
-        pi = math.exp(top - glob[L0 + i])
+        pi = _exp_prior(top - glob[L0 + i])
         e = math.exp(-abs(z))
         big, small = pi / (1.0 + e), pi * e / (1.0 + e)
         if z >= 0.0:
@@ -203,7 +222,7 @@ def _mix_logistic_fast(glob, on, yb, top, out):
     return True
 
 
-@jit
+@no_refcount
 def mix_scores(loss, glob, on, yb, out):
     """The mixture's scores from the bases' (yb, (4, K)) and the L_i."""
     top = -glob[L0 + ZERO]
@@ -289,24 +308,24 @@ def _col(indices, p, start, dense):
 @inline
 def _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, x, t, learning):
     if b == 0 or b == CENTRED:  # the centred expert gets x - μ and its own G, S², η, M
-        return SC.weight(SCINOL2, prm, Pb, Qb, j, k, x, t)
+        return _sc_weight(SCINOL2, prm, Pb, Qb, j, k, x, t)
     if b == 1:
-        return SC.weight(SCINOL1, prm, Pb, Qb, j, k, x, t)
+        return _sc_weight(SCINOL1, prm, Pb, Qb, j, k, x, t)
     if b == 2:
-        return KT.weight(KT_COORD, prm, glob, Pb, j, k, t, learning)
-    return KO.weight(kprm, glob, Pb, Qb, j, k, x, t)
+        return _kt_weight(KT_COORD, prm, glob, Pb, j, k, t, learning)
+    return _ko_weight(kprm, glob, Pb, Qb, j, k, x, t)
 
 
 @inline
 def _update_of(b, prm, glob, Pb, Qb, j, x, t, Fb, Wb, slot, n_out):
     if b == 0 or b == CENTRED:
-        SC.update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)
+        _sc_update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)
     elif b == 1:
-        SC.update(SCINOL1, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)  # M already max'd: the same M²
+        _sc_update(SCINOL1, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)  # M already max'd: the same M²
     elif b == 2:
-        KT.update(KT_COORD, glob, Pb, j, x, Fb, Wb, slot, n_out)
+        _kt_update(KT_COORD, glob, Pb, j, x, Fb, Wb, slot, n_out)
     else:
-        KO.update(Pb, Qb, j, x, Fb, n_out)
+        _ko_update(Pb, Qb, j, x, Fb, n_out)
 
 
 @inline
@@ -368,7 +387,7 @@ def _scinol2_scores(prm, Q, Pb, Qb, indices, data, start, end, dense, bias, t, c
     for k in range(n_out):
         acc = 0.0
         if bias:
-            w = SC.weight(SCINOL2, prm, Pb, Qb, 0, k, 1.0, t)
+            w = _sc_weight(SCINOL2, prm, Pb, Qb, 0, k, 1.0, t)
             Wb[0, k] = w
             acc += w
         for p in range(start, end):
@@ -377,7 +396,7 @@ def _scinol2_scores(prm, Q, Pb, Qb, indices, data, start, end, dense, bias, t, c
                 j = (p - start if dense else indices[p]) + bias
                 if centre:
                     x = centred(Q, j, x)
-                w = SC.weight(SCINOL2, prm, Pb, Qb, j, k, x, t)
+                w = _sc_weight(SCINOL2, prm, Pb, Qb, j, k, x, t)
                 Wb[p - start + bias, k] = w
                 acc += x * w
         yb[b, k] = acc
@@ -420,14 +439,14 @@ def _score_pass(b, prm, kprm, glob, P, Q, Pb, Qb, indices, data, start, end, den
 def _update_pass(b, prm, glob, Pb, Qb, Q, indices, data, start, end, dense, bias, t, Fb, Wb, n_out):
     if b == 0 or b == CENTRED:  # ScInOL2 alone in the loop, as in its own kernel
         if bias:
-            SC.update(SCINOL2, prm, Pb, Qb, 0, 1.0, t, Fb, Wb, 0, n_out)
+            _sc_update(SCINOL2, prm, Pb, Qb, 0, 1.0, t, Fb, Wb, 0, n_out)
         for p in range(start, end):
             x = data[p]
             if x != 0.0:
                 j = (p - start if dense else indices[p]) + bias
                 if b == CENTRED:
                     x = centred(Q, j, x)
-                SC.update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, p - start + bias, n_out)
+                _sc_update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, p - start + bias, n_out)
         return
     if bias:
         _update_of(b, prm, glob, Pb, Qb, 0, 1.0, t, Fb, Wb, 0, n_out)
@@ -505,18 +524,10 @@ def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n
         _learn_means(prm, P, Q, indices, data, start, end, dense, bias, h)
 
 
-@inline
-def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, n_out):
-    on = flags(prm)
+@no_refcount
+def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, on, W, yb, fb,
+          ex, ymix, tmp, n_out):
     kprm = prm[1:3]
-    longest = 0
-    for i in range(indptr.shape[0] - 1):
-        longest = max(longest, indptr[i + 1] - indptr[i])
-    W = np.zeros((N_BASES, longest + 1, n_out))
-    yb = np.zeros((N_BASES, n_out))
-    fb = np.zeros((N_BASES, n_out))
-    ex = np.zeros(2)
-    ymix, tmp = np.empty(n_out), np.empty(n_out)
     zero_loss = math.log(2.0) if loss == LOGISTIC else math.log(n_out)
     for i in range(indptr.shape[0] - 1):
         start, end = indptr[i], indptr[i + 1]
@@ -525,11 +536,13 @@ def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss
         weight_i = iw[i] if iw.shape[0] else 1.0
         if not learning or weight_i == 0.0:
             mix_scores(loss, glob, on, yb, ymix)
-            scores[i, :] = ymix
+            for c in range(n_out):
+                scores[i, c] = ymix[c]
             losses[i] = math.nan if not learning else loss_grad_into(loss, loss_prm, y[i], ymix, tmp)
             continue
         losses[i] = _combine(loss, loss_prm, glob, on, yb, ex, y[i], weight_i, fb, ymix, tmp, zero_loss)
-        scores[i, :] = ymix
+        for c in range(n_out):
+            scores[i, c] = ymix[c]
         _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n_out, weight_i)
 
 
@@ -537,11 +550,19 @@ def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss
 def learn_rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     """As :mod:`learners.kernels`' batch kernels: scores[i] is the mixture's
     score before learning from row i, losses[i] its loss (NaN unlabelled)."""
-    if P.shape[1] == 1:
-        _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, 1)
+    n_out = P.shape[1]
+    longest = 0
+    for i in range(indptr.shape[0] - 1):
+        longest = max(longest, indptr[i + 1] - indptr[i])
+    W = np.zeros((N_BASES, longest + 1, n_out))
+    yb, fb, ex = np.zeros((N_BASES, n_out)), np.zeros((N_BASES, n_out)), np.zeros(2)
+    ymix, tmp = np.empty(n_out), np.empty(n_out)
+    args = (prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, flags(prm),
+            W, yb, fb, ex, ymix, tmp)
+    if n_out == 1:  # a constant: the loops over k fold away
+        _rows(*args, 1)
     else:
-        _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses,
-              P.shape[1])
+        _rows(*args, n_out)
 
 
 @jit
@@ -592,33 +613,4 @@ def base_weights(prm, glob, P, Q):
     return out
 
 
-def _drop_stale_cache() -> None:
-    """Numba keys the on-disk cache to this file only, but the kernel
-    inlines the math modules and the losses: drop it when any changed."""
-    import glob
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    digest = hashlib.sha256()
-    for name in sorted(os.listdir(here)):
-        if name in ("mixture.py", "losses.py") or name.startswith("math_") and name.endswith(".py"):
-            with open(os.path.join(here, name), "rb") as f:
-                digest.update(name.encode() + b"\0" + f.read())
-    cache_dir = learn_rows._cache.cache_path
-    stamp = os.path.join(cache_dir, "mixture.sources.sha256")
-    try:
-        with open(stamp) as f:
-            if f.read() == digest.hexdigest():
-                return
-    except OSError:
-        pass
-    try:
-        for path in glob.glob(os.path.join(cache_dir, "mixture.*.nb[ic]")):
-            os.unlink(path)
-        os.makedirs(cache_dir, exist_ok=True)
-        with open(stamp, "w") as f:
-            f.write(digest.hexdigest())
-    except OSError:  # a read-only install
-        pass
-
-
-_drop_stale_cache()
+drop_stale_cache("mixture", learn_rows)

@@ -79,14 +79,7 @@ class Mixture:
         state.grow(n_coords)
 
     def check_state(self, state: LearnerState, n_outputs: int) -> None:
-        expected = self.init_state(1, n_outputs)
-        if set(state.arrays) != set(expected.arrays) or set(state.scalars) != set(expected.scalars):
-            raise ValueError(f"state fields do not match {self.name}")
-        for name, arr in expected.arrays.items():
-            got = state.arrays[name]
-            if got.shape[1:] != arr.shape[1:] or got.dtype != arr.dtype:
-                raise ValueError(f"array {name!r} is {got.dtype}{list(got.shape)}, {self.name} needs "
-                                 f"{arr.dtype}[n, {', '.join(map(str, arr.shape[1:]))}]")
+        state.check_like(self.init_state(1, n_outputs), self.name)
 
     @staticmethod
     def _glob(scalars) -> np.ndarray:

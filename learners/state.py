@@ -67,6 +67,17 @@ class LearnerState:
             {k: v.copy() for k, v in self.arrays.items()}, dict(self.scalars), dict(self.fill)
         )
 
+    def check_like(self, expected: "LearnerState", name: str) -> None:
+        """ValueError unless this state has ``expected``'s arrays (any number
+        of coordinates, the same trailing shape and dtype) and scalars."""
+        if set(self.arrays) != set(expected.arrays) or set(self.scalars) != set(expected.scalars):
+            raise ValueError(f"state fields do not match {name}")
+        for field_name, arr in expected.arrays.items():
+            got = self.arrays[field_name]
+            if got.shape[1:] != arr.shape[1:] or got.dtype != arr.dtype:
+                raise ValueError(f"array {field_name!r} is {got.dtype}{list(got.shape)}, {name} needs "
+                                 f"{arr.dtype}[n, {', '.join(map(str, arr.shape[1:]))}]")
+
 
 def _sha256(arr: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()
