@@ -10,13 +10,13 @@ import os
 def drop_stale_cache(module: str, dispatcher) -> None:
     """Numba keys its on-disk cache to the kernel's own file only, but the
     kernels of ``module`` (e.g. "kernels") inline the math modules and the
-    losses: if any of those changed since the cache was written, a stale
+    losses, and fold in the constants of ``codes.py``: if any of those changed since the cache was written, a stale
     kernel would load. Drop ``module``'s cache files unless the stamp of all
     their sources matches; ``dispatcher`` is any cached kernel of it."""
     here = os.path.dirname(os.path.abspath(__file__))
     digest = hashlib.sha256()
     for name in sorted(os.listdir(here)):
-        if name in (f"{module}.py", "losses.py") or name.startswith("math_") and name.endswith(".py"):
+        if name in (f"{module}.py", "losses.py", "codes.py") or name.startswith("math_") and name.endswith(".py"):
             with open(os.path.join(here, name), "rb") as f:
                 digest.update(name.encode() + b"\0" + f.read())
     cache_dir = dispatcher._cache.cache_path
