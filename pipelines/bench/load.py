@@ -1,0 +1,202 @@
+"""Load figures with no other benchmark: what ``scinol produce`` costs beside
+a raw producer, exact-mode latency at a fixed offered load, and the
+pipeline's resident memory over a long unbounded run.
+
+``python -m pipelines.bench.load --produce --latency --memory`` (any of the
+three; none given: all) prints one table per part, each figure beside a
+baseline measured in the same run:
+
+- ``--produce``: ``scinol produce FILE`` (the command, a new process, as a
+  user runs it) vs a raw confluent-kafka loop producing the same encoded
+  bytes (encoded beforehand, untimed) to the same broker: events/s and the
+  ratio; the toy data as CSV (21 dense features) and a sparse set as libsvm
+  (50 non-zeros of 2^20). With ``--kafka`` also on Apache Kafka.
+- ``--latency``: an unbounded exact-mode run fed by a producer paced at
+  ``--rate`` events/s for ``--seconds``; latency = the prediction's
+  ``latency_ms`` (when it was made − the event's timestamp, stamped at
+  produce time), as :mod:`benchmarks.bench_sharded` measures it.
+- ``--memory``: an unbounded exact-mode run (a process of its own) fed at
+  ``--load`` of the rate it reached on a bounded backfill in the same run,
+  for ``--minutes``; its RSS read from /proc every ``--sample`` seconds;
+  first vs last minute.
+
+``--write`` puts the tables in docs/benchmarks.md between the ``load``
+markers (:func:`pipelines.bench.report.update_section`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from pipelines.bench import report
+from pipelines.bench.throughput import say, scinol_command, write_learn_files
+
+
+# -- (a) scinol produce vs a raw producer ----------------------------------------
+
+def data_files(folder: str, rows: int) -> dict[str, tuple[str, list[str]]]:
+    """label -> (path, extra ``scinol produce`` arguments): the toy data as
+    CSV and the sparse set as libsvm, ``rows`` rows each."""
+    from learners.datasets import toy_examples
+
+    from pipelines.bench.kernel_speed import sparse_examples
+
+    dense = write_learn_files(folder, "dense", *toy_examples(rows, 0))
+    sparse = write_learn_files(folder, "sparse", *sparse_examples(rows))
+    return {"toy CSV (21 dense)": (dense["csv"], ["--label", "y"]),
+            "sparse libsvm (50 of 2^20)": (sparse["libsvm"], [])}
+
+
+def encoded_values(path: str, extra: list[str]) -> list[bytes]:
+    """The Avro values ``scinol produce`` writes for ``path`` (made the same
+    way, before the clock starts)."""
+    from pipelines.records.datafiles import open_reader
+    from pipelines.records.events import file_events
+    from schemas.codec import Codec
+
+    label = extra[extra.index("--label") + 1] if "--label" in extra else None
+    codec = Codec()
+    return [codec.encode("scinol.Event", e) for e in file_events(open_reader(path, None, label=label))]
+
+
+def raw_produce(bootstrap: str, topic: str, values: list[bytes], config: dict | None = None) -> float:
+    """Events/s of a bare confluent-kafka loop: produce, poll every 1,000,
+    flush; the same producer settings as ``scinol produce`` (idempotence,
+    linger.ms 20)."""
+    from confluent_kafka import Producer
+
+    from pipelines.kafka.admin import KafkaAdmin, TopicSpec
+
+    KafkaAdmin(bootstrap, config).ensure_topics([TopicSpec(topic, 1)])
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True,
+                         **(config or {})})
+    t0 = time.perf_counter()
+    for k, value in enumerate(values):
+        while True:
+            try:
+                producer.produce(topic, value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if k % 1000 == 0:
+            producer.poll(0)
+    left = producer.flush(60)
+    seconds = time.perf_counter() - t0
+    if left:
+        raise RuntimeError(f"raw producer: {left} messages not delivered")
+    return len(values) / seconds
+
+
+def cli_produce(bootstrap: str, topic: str, path: str, extra: list[str]) -> tuple[float, float]:
+    """(events/s ``scinol produce`` reports, events/s over the whole
+    process including interpreter start-up and imports)."""
+    cmd = scinol_command() + ["produce", path, "--bootstrap", bootstrap, "--topic", topic, "--quiet", *extra]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    found = re.search(r"produced ([\d,]+) events to \S+ \(([\d,]+) events/s\)", done.stderr)
+    if done.returncode != 0 or not found:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-500:]}")
+    return float(found.group(2).replace(",", "")), int(found.group(1).replace(",", "")) / wall
+
+
+def produce_cases(brokers: dict[str, str], rows: int, repeats: int) -> list[dict]:
+    """Per broker and data file: best of ``repeats`` of the raw loop and of
+    ``scinol produce``, taking turns so a busy machine slows both alike."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="bench_load_") as folder:
+        for data, (path, extra) in data_files(folder, rows).items():
+            values = encoded_values(path, extra)
+            for kind, bootstrap in brokers.items():
+                say(f"produce: {data}, {rows:,} rows, {kind}, best of {repeats}")
+                raw = cli = cli_wall = 0.0
+                for k in range(repeats):
+                    tag = f"bench.load.{time.time_ns()}"
+                    raw = max(raw, raw_produce(bootstrap, tag + ".raw", values))
+                    got, wall = cli_produce(bootstrap, tag + ".cli", path, extra)
+                    cli, cli_wall = max(cli, got), max(cli_wall, wall)
+                out.append({"broker": kind, "data": data, "rows": rows, "raw": raw, "cli": cli,
+                            "cli_wall": cli_wall})
+    return out
+
+
+def produce_table(rows: list[dict]) -> str:
+    return report.table(
+        ["broker", "data", "events", "raw loop events/s", "scinol produce events/s", "ratio (target ≥ 0.70)",
+         "scinol produce, whole process"],
+        [[r["broker"], r["data"], f"{r['rows']:,}", f"{r['raw']:,.0f}", f"{r['cli']:,.0f}",
+          f"**{r['cli'] / r['raw']:.2f}x**", f"{r['cli_wall']:,.0f} ({r['cli_wall'] / r['raw']:.2f}x)"]
+         for r in rows])
+
+
+PRODUCE_NOTE = ("`scinol produce FILE --quiet` as a new process; its events/s is the rate it prints (reading, "
+                "parsing, encoding and producing, from its first event to the last acknowledgement); the whole "
+                "process adds interpreter start-up and imports. Raw loop: confluent-kafka `Producer.produce` of "
+                "the same Avro values, encoded beforehand, same settings (idempotence, linger.ms 20), flush at "
+                "the end.")
+
+
+# -- the command -----------------------------------------------------------------
+
+def _brokers(stack, with_kafka: bool) -> dict[str, str]:
+    from pipelines.kafka.broker import EmbeddedBroker
+
+    brokers = {"tansu (embedded)": stack.enter_context(EmbeddedBroker()).bootstrap}
+    if with_kafka:
+        from pipelines.kafka.apache_broker import ApacheKafkaBroker
+
+        brokers["Apache Kafka"] = stack.enter_context(ApacheKafkaBroker()).bootstrap
+    return brokers
+
+
+def main(argv=None) -> int:
+    """``python -m pipelines.bench.load``: scinol produce vs a raw producer,
+    exact-mode latency at a fixed load, memory over a long run."""
+    import argparse
+    import contextlib
+    import platform
+
+    ap = argparse.ArgumentParser(prog="python -m pipelines.bench.load", description=main.__doc__)
+    ap.add_argument("--produce", action="store_true", help="scinol produce vs a raw producer")
+    ap.add_argument("--latency", action="store_true", help="latency at --rate events/s")
+    ap.add_argument("--memory", action="store_true", help="RSS over --minutes at --load of the maximum rate")
+    ap.add_argument("--kafka", action="store_true", help="--produce also on Apache Kafka")
+    ap.add_argument("--rows", type=int, default=200_000, help="--produce: rows per data file")
+    ap.add_argument("--repeats", type=int, default=3, help="--produce: best of this many")
+    ap.add_argument("--write", action="store_true", help="write docs/benchmarks.md's load section")
+    ap.add_argument("--out", default="docs", help="folder of benchmarks.md")
+    args = ap.parse_args(argv)
+    if not (args.produce or args.latency or args.memory):
+        args.produce = args.latency = args.memory = True
+    if args.rows < 1 or args.repeats < 1:
+        print("usage: --rows and --repeats at least 1", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    body = []
+    with contextlib.ExitStack() as stack:
+        if args.produce:
+            rows = produce_cases(_brokers(stack, args.kafka), args.rows, args.repeats)
+            body += ["### `scinol produce` vs a raw producer", "", PRODUCE_NOTE, "", produce_table(rows), ""]
+    seconds = time.perf_counter() - started
+    command = "python -m pipelines.bench.load " + " ".join(argv if argv is not None else sys.argv[1:])
+    head = ["## Load", "",
+            f"_Reproduce: `{command.strip()}` — {time.strftime('%Y-%m-%d')}, {platform.system()} "
+            f"{platform.machine()}, {os.cpu_count()} CPUs shared with other jobs (figures vary run to run), "
+            f"Python {platform.python_version()}; wall time {seconds:.0f} s._", ""]
+    text = "\n".join(head + body)
+    print(text)
+    if args.write:
+        path = os.path.join(args.out, "benchmarks.md")
+        report.update_section(path, "load", text)
+        say(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
