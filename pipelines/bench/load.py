@@ -142,6 +142,86 @@ PRODUCE_NOTE = ("`scinol produce FILE --quiet` as a new process; its events/s is
                 "the end.")
 
 
+
+# -- (b) latency at a fixed offered load -------------------------------------------
+
+WARM = 2000
+"""Events the latency producer sends first, then waits for their
+predictions: Beam's start-up and the kernels' compilation are not in the
+latency figures."""
+
+
+def paced_producer(bootstrap: str, topic: str, rate: float, n: int, seed: int = 3) -> None:
+    """In a process of its own (the pipeline's Python is not slowed by it):
+    ``WARM`` toy events, wait for their predictions, then ``n`` toy events
+    paced at ``rate`` events/s, each stamped with the wall clock as it is
+    encoded (as :func:`benchmarks.bench_sharded.latency` does)."""
+    from learners.datasets import toy_examples
+
+    from pipelines.kafka.consumer import read_topic
+    from pipelines.records.events import dense_events
+    from pipelines.records.topics import produce_events
+
+    X, y = toy_examples(WARM, seed + 1)
+    produce_events(bootstrap, topic, dense_events(X, y, "warm-"), progress=False)
+    for _ in read_topic(bootstrap, topic + ".pred", limit=WARM, idle_timeout=None, timeout=300):
+        pass
+    X, y = toy_examples(n, seed)
+    stamped = ({**e, "timestamp": int(time.time() * 1000)} for e in dense_events(X, y, "lat-", start_ms=0))
+    produce_events(bootstrap, topic, stamped, rate=rate, total=n, progress=False)
+
+
+def latency_case(bootstrap: str, rate: float, seconds: float, max_batch: int = 2000) -> dict:
+    """An unbounded exact-mode run (in this process, as ``scinol run`` runs
+    it) fed by :func:`paced_producer`: p50/p99/max of the paced events'
+    latency_ms, and the events/s they arrived at."""
+    import multiprocessing
+
+    from pipelines.config import RunConfig
+    from pipelines.kafka.admin import KafkaAdmin, TopicSpec
+    from pipelines.launch import run
+    from pipelines.records.topics import read_records
+
+    n = int(rate * seconds)
+    topic = f"bench.load.lat.{time.time_ns()}"
+    KafkaAdmin(bootstrap).ensure_topics([TopicSpec(topic, 1)])
+    cfg = RunConfig(bootstrap=bootstrap, topic=topic, predictions_topic=topic + ".pred", bounded=False,
+                    stop_after=WARM + n, progress_seconds=None, max_batch=max_batch)
+    producer = multiprocessing.get_context("spawn").Process(target=paced_producer, args=(bootstrap, topic, rate, n))
+    producer.start()
+    try:
+        run(cfg)
+    finally:
+        producer.join(60)
+        if producer.is_alive():
+            producer.terminate()
+    preds = [p for p in read_records(bootstrap, cfg.predictions_topic, WARM + n) if p["event_id"].startswith("lat-")]
+    if len(preds) != n:
+        raise RuntimeError(f"{len(preds)} predictions for {n} paced events")
+    lat = np.array([p["latency_ms"] for p in preds])
+    ts = np.array([p["event_timestamp"] for p in preds])
+    slow = (ts[lat > 50] - ts.min()) / 1000
+    say(f"latency: {slow.size} events over 50 ms, arriving at {np.unique(np.round(slow, 1)).tolist()[:20]} s")
+    return {"rate": rate, "events": n, "offered": n / max((ts.max() - ts.min()) / 1000, 1e-9),
+            "max_batch": max_batch, "p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)),
+            "max": float(lat.max())}
+
+
+def latency_table(rows: list[dict]) -> str:
+    return report.table(["offered events/s", "arrived events/s", "events", "max_batch", "p50 ms",
+                         "p99 ms (target < 50)", "max ms"],
+                        [[f"{r['rate']:,.0f}", f"{r['offered']:,.0f}", f"{r['events']:,}", f"{r['max_batch']:,}",
+                          f"{r['p50']:.1f}", f"**{r['p99']:.1f}**", f"{r['max']:.1f}"] for r in rows])
+
+
+LATENCY_NOTE = ("Exact mode, unbounded, in one process on the embedded broker (Beam FnApiRunner, ScInOL2, one "
+                "partition), fed by a producer in another process: {warm:,} warm-up events first (start-up and "
+                "compilation not counted), then the toy data paced at the offered rate, each event stamped with "
+                "the wall clock when encoded. Latency = the prediction's `latency_ms` (when it was made − the "
+                "event's timestamp), so it includes the producer's linger (20 ms) and the broker's round trip; "
+                "the prediction's own trip back through the broker is not in it.")
+
+
 # -- the command -----------------------------------------------------------------
 
 def _brokers(stack, with_kafka: bool) -> dict[str, str]:
@@ -169,6 +249,10 @@ def main(argv=None) -> int:
     ap.add_argument("--kafka", action="store_true", help="--produce also on Apache Kafka")
     ap.add_argument("--rows", type=int, default=200_000, help="--produce: rows per data file")
     ap.add_argument("--repeats", type=int, default=3, help="--produce: best of this many")
+    ap.add_argument("--rate", type=float, default=5000, help="--latency: offered events/s")
+    ap.add_argument("--seconds", type=float, default=20, help="--latency: seconds of paced events")
+    ap.add_argument("--max-batch", type=int, action="append", help="--latency: the run's max_batch (repeatable; "
+                    "default the run's default, 2000)")
     ap.add_argument("--write", action="store_true", help="write docs/benchmarks.md's load section")
     ap.add_argument("--out", default="docs", help="folder of benchmarks.md")
     args = ap.parse_args(argv)
@@ -180,9 +264,18 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     body = []
     with contextlib.ExitStack() as stack:
+        brokers = _brokers(stack, args.kafka and args.produce)
         if args.produce:
-            rows = produce_cases(_brokers(stack, args.kafka), args.rows, args.repeats)
+            rows = produce_cases(brokers, args.rows, args.repeats)
             body += ["### `scinol produce` vs a raw producer", "", PRODUCE_NOTE, "", produce_table(rows), ""]
+        if args.latency:
+            bootstrap = brokers["tansu (embedded)"]
+            lat = []
+            for max_batch in args.max_batch or [2000]:
+                say(f"latency: {args.rate:,.0f} events/s for {args.seconds:g} s, max_batch {max_batch}")
+                lat.append(latency_case(bootstrap, args.rate, args.seconds, max_batch))
+            body += ["### Latency at a fixed offered load", "", LATENCY_NOTE.format(warm=WARM), "",
+                     latency_table(lat), ""]
     seconds = time.perf_counter() - started
     command = "python -m pipelines.bench.load " + " ".join(argv if argv is not None else sys.argv[1:])
     head = ["## Load", "",
