@@ -376,8 +376,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not (args.produce or args.latency or args.memory):
         args.produce = args.latency = args.memory = True
-    if args.rows < 1 or args.repeats < 1:
-        print("usage: --rows and --repeats at least 1", file=sys.stderr)
+    if min(args.rows, args.repeats, args.max_events, *(args.max_batch or [1])) < 1 \
+            or min(args.rate, args.seconds, args.minutes, args.sample, args.load) <= 0:
+        print("usage: --rows, --repeats, --max-events and --max-batch at least 1; --rate, --seconds, --minutes, "
+              "--sample and --load above 0", file=sys.stderr)
         return 2
     started = time.perf_counter()
     body = []
