@@ -582,8 +582,8 @@ def _event_size(i, header, prefix, lines, ts, model, width, indptr, indices, lab
 
 
 @njit(cache=True)
-def _write_event(out, pos, i, header, prefix, lines, ts, model, width, indptr, indices, values, y, labelled,
-                 weights, weighted, row, cell):
+def _write_event(out, pos, i, header, prefix, lines, ts, model, width, indptr, indices, values, value_bytes, y,
+                 labelled, weights, weighted, row, cell):
     out[pos:pos + header.shape[0]] = header
     pos += header.shape[0]
     digits = _digits(lines[i])
@@ -605,20 +605,25 @@ def _write_event(out, pos, i, header, prefix, lines, ts, model, width, indptr, i
             for k in range(lo, hi):
                 row[indices[k]] = values[k]
             pos = write_long(out, pos, width)
-            for j in range(width):
-                pos = write_double(out, pos, row[j], cell)
+            out[pos:pos + 8 * width] = row.view(np.uint8)  # Avro doubles are little-endian, as is x86/ARM
+            pos += 8 * width
         out[pos] = 0
         pos += 1
     else:
         out[pos] = 2
         pos += 1
-        for part in range(2):
-            if hi > lo:
-                pos = write_long(out, pos, hi - lo)
-                for k in range(lo, hi):
-                    pos = write_long(out, pos, indices[k]) if part == 0 else write_double(out, pos, values[k], cell)
-            out[pos] = 0
-            pos += 1
+        if hi > lo:
+            pos = write_long(out, pos, hi - lo)
+            for k in range(lo, hi):
+                pos = write_long(out, pos, indices[k])
+        out[pos] = 0
+        pos += 1
+        if hi > lo:
+            pos = write_long(out, pos, hi - lo)
+            out[pos:pos + 8 * (hi - lo)] = value_bytes[8 * lo:8 * hi]
+            pos += 8 * (hi - lo)
+        out[pos] = 0
+        pos += 1
     pos = _union_double(out, pos, labelled[i], y[i], cell)
     return _union_double(out, pos, weighted[i], weights[i], cell)
 
@@ -632,7 +637,8 @@ def encode_file_events(header, prefix, lines, ts, model, width, indptr, indices,
     dense (``width`` >= 0: that many values, zero where the row has none) or
     sparse (``width`` -1), label ``y[i]`` where ``labelled``, weight where
     ``weighted``; back to back: (buffer, offsets), record i at
-    buffer[offsets[i]:offsets[i + 1]]."""
+    buffer[offsets[i]:offsets[i + 1]]. ``values`` contiguous float64 (its
+    bytes are copied a row at a time)."""
     n = lines.shape[0]
     offsets = np.zeros(n + 1, np.int64)
     for i in range(n):
@@ -641,7 +647,8 @@ def encode_file_events(header, prefix, lines, ts, model, width, indptr, indices,
     out = np.empty(offsets[n], np.uint8)
     row = np.zeros(max(width, 0), np.float64)
     cell = np.empty(1, np.float64)
+    value_bytes = values.view(np.uint8)
     for i in range(n):
-        _write_event(out, offsets[i], i, header, prefix, lines, ts, model, width, indptr, indices, values, y,
-                     labelled, weights, weighted, row, cell)
+        _write_event(out, offsets[i], i, header, prefix, lines, ts, model, width, indptr, indices, values, value_bytes,
+                     y, labelled, weights, weighted, row, cell)
     return out, offsets

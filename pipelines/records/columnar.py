@@ -328,7 +328,8 @@ def _file_batches(reader, model: str, header: bytes) -> Iterator[list[bytes]]:
         n = batch.y.shape[0]
         w = np.ones(n) if batch.weights is None else np.asarray(batch.weights, np.float64)
         buf, offsets = encode_file_events(header, prefix, np.asarray(batch.lines, np.int64), now, name, width,
-                                          batch.indptr, batch.indices, batch.data, batch.y, w != 0,
+                                          batch.indptr, batch.indices,
+                                          np.ascontiguousarray(batch.data, np.float64), batch.y, w != 0,
                                           w, (w != 0) & (w != 1))
         data, ends = buf.tobytes(), offsets.tolist()
         yield [data[a:b] for a, b in zip(ends, ends[1:])]
