@@ -163,20 +163,28 @@ def paced_producer(bootstrap: str, topic: str, rate: float, n: int, seed: int = 
     """In a process of its own (the pipeline's Python is not slowed by it):
     ``WARM`` toy events, wait for their predictions, then ``n`` toy events
     paced at ``rate`` events/s, each stamped with the wall clock as it is
-    encoded (as :func:`benchmarks.bench_sharded.latency` does)."""
+    encoded (as :func:`benchmarks.bench_sharded.latency` does). One producer
+    for both, so its start (connection, idempotent producer id) is not in
+    the paced events' latency."""
     from learners.datasets import toy_examples
 
     from pipelines.kafka.consumer import read_topic
+    from pipelines.kafka.producer import KafkaWriter, produce_stream
     from pipelines.records.events import dense_events
-    from pipelines.records.topics import produce_events
+    from schemas.codec import Codec
 
-    X, y = toy_examples(WARM, seed + 1)
-    produce_events(bootstrap, topic, dense_events(X, y, "warm-"), progress=False)
-    for _ in read_topic(bootstrap, topic + ".pred", limit=WARM, idle_timeout=None, timeout=300):
-        pass
-    X, y = toy_examples(n, seed)
-    stamped = ({**e, "timestamp": int(time.time() * 1000)} for e in dense_events(X, y, "lat-", start_ms=0))
-    produce_events(bootstrap, topic, stamped, rate=rate, total=n, progress=False)
+    codec, writer = Codec(), KafkaWriter(bootstrap, topic, {"linger.ms": 20})  # as produce_events sets it
+    try:
+        X, y = toy_examples(WARM, seed + 1)
+        produce_stream(writer, (codec.encode("scinol.Event", e) for e in dense_events(X, y, "warm-")))
+        for _ in read_topic(bootstrap, topic + ".pred", limit=WARM, idle_timeout=None, timeout=300):
+            pass
+        X, y = toy_examples(n, seed)
+        stamped = (codec.encode("scinol.Event", {**e, "timestamp": int(time.time() * 1000)})
+                   for e in dense_events(X, y, "lat-", start_ms=0))
+        produce_stream(writer, stamped, rate=rate)
+    finally:
+        writer.close()
 
 
 def latency_case(bootstrap: str, rate: float, seconds: float, max_batch: int = 2000) -> dict:
