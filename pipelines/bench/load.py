@@ -373,12 +373,8 @@ def _brokers(stack, with_kafka: bool) -> dict[str, str]:
     return brokers
 
 
-def main(argv=None) -> int:
-    """``python -m pipelines.bench.load``: scinol produce vs a raw producer,
-    exact-mode latency at a fixed load, memory over a long run."""
+def _parser():
     import argparse
-    import contextlib
-    import platform
 
     ap = argparse.ArgumentParser(prog="python -m pipelines.bench.load", description=main.__doc__)
     ap.add_argument("--produce", action="store_true", help="scinol produce vs a raw producer")
@@ -397,7 +393,40 @@ def main(argv=None) -> int:
     ap.add_argument("--max-events", type=int, default=200_000, help="--memory: events of the max-rate backfill")
     ap.add_argument("--write", action="store_true", help="write docs/benchmarks.md's load section")
     ap.add_argument("--out", default="docs", help="folder of benchmarks.md")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _sections(args, brokers: dict[str, str]) -> list[str]:
+    """The markdown of the parts asked for, each measured now."""
+    body, bootstrap = [], brokers["tansu (embedded)"]
+    if args.produce:
+        rows = produce_cases(brokers, args.rows, args.repeats)
+        body += ["### `scinol produce` vs a raw producer", "", PRODUCE_NOTE, "", produce_table(rows), ""]
+    if args.latency:
+        lat = []
+        for max_batch in args.max_batch or [2000]:
+            say(f"latency: {args.rate:,.0f} events/s for {args.seconds:g} s, max_batch {max_batch}")
+            lat.append(latency_case(bootstrap, args.rate, args.seconds, max_batch))
+        body += ["### Latency at a fixed offered load", "", LATENCY_NOTE.format(warm=WARM), "",
+                 latency_table(lat), ""]
+    if args.memory:
+        say(f"memory: maximum rate over {args.max_events:,} events")
+        top = max_rate(bootstrap, args.max_events)
+        say(f"memory: {top:,.0f} events/s; {args.minutes:g} min at {args.load:.0%} of it")
+        mem = memory_case(bootstrap, args.load * top, args.minutes, args.sample)
+        body += ["### Resident memory over a long run", "",
+                 MEMORY_NOTE.format(n=args.max_events, warm=WARM, load=args.load, every=args.sample), "",
+                 memory_table(mem, top), ""]
+    return body
+
+
+def main(argv=None) -> int:
+    """``python -m pipelines.bench.load``: scinol produce vs a raw producer,
+    exact-mode latency at a fixed load, memory over a long run."""
+    import contextlib
+    import platform
+
+    args = _parser().parse_args(argv)
     if not (args.produce or args.latency or args.memory):
         args.produce = args.latency = args.memory = True
     if min(args.rows, args.repeats, args.max_events, *(args.max_batch or [1])) < 1 \
@@ -406,29 +435,8 @@ def main(argv=None) -> int:
               "--sample and --load above 0", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    body = []
     with contextlib.ExitStack() as stack:
-        brokers = _brokers(stack, args.kafka and args.produce)
-        if args.produce:
-            rows = produce_cases(brokers, args.rows, args.repeats)
-            body += ["### `scinol produce` vs a raw producer", "", PRODUCE_NOTE, "", produce_table(rows), ""]
-        if args.latency:
-            bootstrap = brokers["tansu (embedded)"]
-            lat = []
-            for max_batch in args.max_batch or [2000]:
-                say(f"latency: {args.rate:,.0f} events/s for {args.seconds:g} s, max_batch {max_batch}")
-                lat.append(latency_case(bootstrap, args.rate, args.seconds, max_batch))
-            body += ["### Latency at a fixed offered load", "", LATENCY_NOTE.format(warm=WARM), "",
-                     latency_table(lat), ""]
-        if args.memory:
-            bootstrap = brokers["tansu (embedded)"]
-            say(f"memory: maximum rate over {args.max_events:,} events")
-            top = max_rate(bootstrap, args.max_events)
-            say(f"memory: {top:,.0f} events/s; {args.minutes:g} min at {args.load:.0%} of it")
-            mem = memory_case(bootstrap, args.load * top, args.minutes, args.sample)
-            body += ["### Resident memory over a long run", "",
-                     MEMORY_NOTE.format(n=args.max_events, warm=WARM, load=args.load, every=args.sample), "",
-                     memory_table(mem, top), ""]
+        body = _sections(args, _brokers(stack, args.kafka and args.produce))
     seconds = time.perf_counter() - started
     command = "python -m pipelines.bench.load " + " ".join(argv if argv is not None else sys.argv[1:])
     head = ["## Load", "",
