@@ -9,18 +9,25 @@ from .options import add_kafka_options, add_topic_options, kafka_settings, regis
 
 
 def run(args) -> int:
+    from pipelines.records.columnar import file_values
     from pipelines.records.datafiles import open_reader
-    from pipelines.records.events import file_events, generated_events
-    from pipelines.records.topics import produce_events
+    from pipelines.records.events import generated_events
+    from pipelines.records.topics import produce_values
 
     if (args.data is None) == (args.generate is None):
         raise UsageError("give a DATA file or --generate, not both or neither")
     if args.generate:
         events, total = generated_events(args.generate, args.n, args.seed, args.model), args.n
+
+        def encoded(codec):
+            return (codec.encode("scinol.Event", e, args.topic) for e in events)
     else:
         reader = open_reader(args.data, args.format, label=args.label, weight=args.weight_column)
-        events, total = file_events(reader, args.model), None
-    count, rate = produce_events(args.bootstrap, args.topic, events, partitions=args.partitions, rate=args.rate,
+        total = None
+
+        def encoded(codec):  # a batch of rows per compiled call (VW text: event by event)
+            return file_values(reader, args.model, codec, args.topic)
+    count, rate = produce_values(args.bootstrap, args.topic, encoded, partitions=args.partitions, rate=args.rate,
                                  total=total, kafka_config=kafka_settings(args.kafka_config, args.kafka_config_file),
                                  progress=not args.quiet, registry=registry_settings(args),
                                  topic_spec=topic_settings(args))

@@ -554,3 +554,101 @@ def gather_rows(indptr, indices, values, rows):
         out_i[out_ptr[k]:out_ptr[k + 1]] = indices[lo:hi]
         out_v[out_ptr[k]:out_ptr[k + 1]] = values[lo:hi]
     return out_ptr, out_i, out_v
+
+
+@njit(cache=True, inline="always")
+def _digits(v):
+    n = 1
+    while v >= 10:
+        v //= 10
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def _event_size(i, header, prefix, lines, ts, model, width, indptr, indices, labelled, weighted):
+    lo, hi = indptr[i], indptr[i + 1]
+    id_len = prefix.shape[0] + _digits(lines[i])
+    size = header.shape[0] + long_size(id_len) + id_len + long_size(ts) + long_size(model.shape[0]) + model.shape[0]
+    if width >= 0:  # DenseFeatures (branch 0): `width` doubles
+        size += 1 + ((long_size(width) + 8 * width + 1) if width else 1)
+    elif hi > lo:  # SparseFeatures (branch 1): the row's indices, then its values
+        size += 1 + long_size(hi - lo) + 1 + long_size(hi - lo) + 8 * (hi - lo) + 1
+        for k in range(lo, hi):
+            size += long_size(indices[k])
+    else:
+        size += 3
+    return size + 1 + 8 * labelled[i] + 1 + 8 * weighted[i]
+
+
+@njit(cache=True)
+def _write_event(out, pos, i, header, prefix, lines, ts, model, width, indptr, indices, values, value_bytes, y,
+                 labelled, weights, weighted, row, cell):
+    out[pos:pos + header.shape[0]] = header
+    pos += header.shape[0]
+    digits = _digits(lines[i])
+    pos = write_long(out, pos, prefix.shape[0] + digits)
+    out[pos:pos + prefix.shape[0]] = prefix
+    pos += prefix.shape[0]
+    v = lines[i]
+    for d in range(digits - 1, -1, -1):  # the line number in decimal, as str(int) writes it
+        out[pos + d] = 48 + v % 10
+        v //= 10
+    pos = write_long(out, pos + digits, ts)
+    pos = write_string(out, pos, model, 0, model.shape[0])
+    lo, hi = indptr[i], indptr[i + 1]
+    if width >= 0:
+        out[pos] = 0
+        pos += 1
+        if width:
+            row[:] = 0.0
+            for k in range(lo, hi):
+                row[indices[k]] = values[k]
+            pos = write_long(out, pos, width)
+            out[pos:pos + 8 * width] = row.view(np.uint8)  # Avro doubles are little-endian, as is x86/ARM
+            pos += 8 * width
+        out[pos] = 0
+        pos += 1
+    else:
+        out[pos] = 2
+        pos += 1
+        if hi > lo:
+            pos = write_long(out, pos, hi - lo)
+            for k in range(lo, hi):
+                pos = write_long(out, pos, indices[k])
+        out[pos] = 0
+        pos += 1
+        if hi > lo:
+            pos = write_long(out, pos, hi - lo)
+            out[pos:pos + 8 * (hi - lo)] = value_bytes[8 * lo:8 * hi]
+            pos += 8 * (hi - lo)
+        out[pos] = 0
+        pos += 1
+    pos = _union_double(out, pos, labelled[i], y[i], cell)
+    return _union_double(out, pos, weighted[i], weights[i], cell)
+
+
+@njit(cache=True, nogil=True)
+def encode_file_events(header, prefix, lines, ts, model, width, indptr, indices, values, y, labelled, weights,
+                       weighted):
+    """Framed ``scinol.Event`` (version 2 layout) records of a batch of file
+    rows, row i of the CSR arrays: id = ``prefix`` (UTF-8) + the decimal
+    line number, timestamp ``ts``, model name ``model`` (UTF-8), features
+    dense (``width`` >= 0: that many values, zero where the row has none) or
+    sparse (``width`` -1), label ``y[i]`` where ``labelled``, weight where
+    ``weighted``; back to back: (buffer, offsets), record i at
+    buffer[offsets[i]:offsets[i + 1]]. ``values`` contiguous float64 (its
+    bytes are copied a row at a time)."""
+    n = lines.shape[0]
+    offsets = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        offsets[i + 1] = offsets[i] + _event_size(i, header, prefix, lines, ts, model, width, indptr, indices,
+                                                  labelled, weighted)
+    out = np.empty(offsets[n], np.uint8)
+    row = np.zeros(max(width, 0), np.float64)
+    cell = np.empty(1, np.float64)
+    value_bytes = values.view(np.uint8)
+    for i in range(n):
+        _write_event(out, offsets[i], i, header, prefix, lines, ts, model, width, indptr, indices, values, value_bytes,
+                     y, labelled, weights, weighted, row, cell)
+    return out, offsets

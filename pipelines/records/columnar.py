@@ -24,7 +24,9 @@ writes for the same records.
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+import os
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -34,12 +36,13 @@ from fastavro import schemaless_reader
 from learners.losses import BINARY_LOSSES, loss_code
 from pipelines.records.avro_kernels import (FALLBACK, LABELS_BINARY, LABELS_FINITE, LABELS_SOFTMAX, LAYOUT_V1,
                                             LAYOUT_V2, decode_events, gather_rows)
+from pipelines.records.avro_kernels import encode_file_events
 from pipelines.records.avro_kernels import encode_predictions as _encode
 from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES, screen
 from pipelines.records.events import event_rows
 from pipelines.records.validation import MAX_FEATURES
 from schemas.catalog import current_version, load_schema
-from schemas.codec import Codec, _reading_schema
+from schemas.codec import Codec, _prepare_event, _reading_schema
 from schemas.reasons import REASONS
 
 REASON_CODES = {reason: k + 1 for k, reason in enumerate(REASONS)}
@@ -293,6 +296,43 @@ def encode_predictions(codec: Codec, topic: str | None, *, buf: np.ndarray, id_s
         raise ValueError("a prediction needs at least one score")
     doubles = (scores,) + tuple(np.ascontiguousarray(a, np.float64) for a in (prob, label, loss, latency_ms))
     return _encode(np.frombuffer(header, np.uint8), sbuf, strs, longs, flags, doubles)
+
+
+def file_values(reader, model: str, codec: Codec, topic: str | None) -> Iterator[bytes]:
+    """The framed ``scinol.Event`` values of
+    :func:`pipelines.records.events.file_events` (same ids, timestamps,
+    labels and weights, byte for byte what ``codec.encode`` writes). CSV and
+    libsvm rows are parsed and encoded a batch per compiled call, in a
+    thread ahead of the caller (both release the GIL: the caller produces on
+    one core while the next batches are read on another); VW text, and a
+    registry whose Event schema is an older version, go record by record."""
+    from pipelines.records.events import file_events
+    from pipelines.records.prefetch import prefetch
+    from pipelines.records.vw_text import VwReader
+
+    header, _, prepare = codec._writer("scinol.Event", topic)
+    if isinstance(reader, VwReader) or prepare is not _prepare_event:
+        yield from (codec.encode("scinol.Event", e, topic) for e in file_events(reader, model))
+        return
+    for values in prefetch(_file_batches(reader, model, header)):
+        yield from values
+
+
+def _file_batches(reader, model: str, header: bytes) -> Iterator[list[bytes]]:
+    """Per batch of ``reader``, its framed Event values (:func:`file_values`)."""
+    header, name = np.frombuffer(header, np.uint8), np.frombuffer(model.encode(), np.uint8)
+    prefix = np.frombuffer(f"{os.path.basename(reader.path)}:".encode(), np.uint8)
+    width = -1 if reader.n_features is None else reader.n_features
+    for batch in reader.batches():
+        now = int(time.time() * 1000)
+        n = batch.y.shape[0]
+        w = np.ones(n) if batch.weights is None else np.asarray(batch.weights, np.float64)
+        buf, offsets = encode_file_events(header, prefix, np.asarray(batch.lines, np.int64), now, name, width,
+                                          batch.indptr, batch.indices,
+                                          np.ascontiguousarray(batch.data, np.float64), batch.y, w != 0,
+                                          w, (w != 0) & (w != 1))
+        data, ends = buf.tobytes(), offsets.tolist()
+        yield [data[a:b] for a, b in zip(ends, ends[1:])]
 
 
 # ---------------------------------------------------------------- events for the record-based steps

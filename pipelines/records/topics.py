@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.kafka.consumer import read_topic
@@ -14,21 +14,29 @@ from pipelines.kafka.producer import KafkaWriter, produce_stream
 from schemas.codec import Codec
 
 
-def produce_events(bootstrap: str, topic: str, events: Iterable[dict], *, partitions: int | None = None,
-                   rate: float | None = None, total: int | None = None, kafka_config: dict | None = None,
-                   progress: bool = True, registry=None, topic_spec: dict | None = None) -> tuple[int, float]:
+def produce_events(bootstrap: str, topic: str, events: Iterable[dict], **options) -> tuple[int, float]:
     """Encode and produce ``events`` (created with ``partitions``, default 1,
     when missing); they go round-robin over the topic's partitions (in order
     within each). ``registry``: a :class:`schemas.registry.Registry`, its
     URL or None; ``topic_spec``: replication and config for a topic created
     (:class:`pipelines.kafka.admin.TopicSpec` fields). Returns (count,
     events/s). Delivery failures raise."""
+    return produce_values(bootstrap, topic, lambda codec: (codec.encode("scinol.Event", e, topic) for e in events),
+                          **options)
+
+
+def produce_values(bootstrap: str, topic: str, encoded: Callable[[Codec], Iterable[bytes]], *,
+                   partitions: int | None = None, rate: float | None = None, total: int | None = None,
+                   kafka_config: dict | None = None, progress: bool = True, registry=None,
+                   topic_spec: dict | None = None) -> tuple[int, float]:
+    """:func:`produce_events` for events already encoded:
+    ``encoded(codec)`` gives their framed values (e.g.
+    :func:`pipelines.records.columnar.file_values`, a batch per call)."""
     from tqdm import tqdm
 
     spec = TopicSpec(topic, partitions or 1, **(topic_spec or {}))
     n_partitions = KafkaAdmin(bootstrap, kafka_config).ensure_topics([spec])[topic]
-    codec = Codec(registry)
-    values = (codec.encode("scinol.Event", e, topic) for e in events)
+    values = encoded(Codec(registry))
     writer = KafkaWriter(bootstrap, topic, {"linger.ms": 20, **(kafka_config or {})})
     bar = tqdm(total=total, unit=" events", disable=not progress, file=sys.stderr, mininterval=0.5,
                dynamic_ncols=True, leave=False)
