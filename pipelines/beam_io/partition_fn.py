@@ -44,8 +44,6 @@ from confluent_kafka import Consumer
 from pipelines.kafka.consumer import (UNBOUNDED_STOP, PartitionReader, StopRule, commit_offset,
                                       consumer_settings)
 
-from .batch_coder import MessageBatch
-
 log = logging.getLogger(__name__)
 
 METRICS_NAMESPACE = "kafka_io"
@@ -197,7 +195,7 @@ class ReadPartitionFn(beam.DoFn):
                 yield from self._emit(call, batch, newest_ts, bundle_finalizer, watermark, topic, partition)
             if rule is not None:
                 done, extra = self._consult(rule, batch, topic, partition)
-                yield from map(MessageBatch, extra)
+                yield from extra
                 if done:
                     tracker.try_claim(tracker.current_restriction().stop)  # refused; marks the restriction done
                     reader.position = call.next_offset
@@ -234,7 +232,6 @@ class ReadPartitionFn(beam.DoFn):
     def _emit(self, call: _Call, batch: list, newest_ts: int, bundle_finalizer, watermark, topic: str,
               partition: int):
         call.next_offset = batch[-1].offset + 1
-        batch = MessageBatch(batch)
         self._messages.inc(len(batch))
         self._batches.inc()
         if self._group_id is not None:

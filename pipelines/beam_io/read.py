@@ -27,7 +27,6 @@ import apache_beam as beam
 
 from pipelines.kafka.consumer import UNBOUNDED_STOP, PartitionRange, resolve_ranges
 
-from .batch_coder import MessageBatch
 from .partition_fn import BoundedReadPartitionFn, PartitionSpec, UnboundedReadPartitionFn
 
 
@@ -92,7 +91,7 @@ class ReadFromKafka(beam.PTransform):
         return (pbegin
                 | "Impulse" >> beam.Impulse()
                 | "ResolvePartitions" >> beam.ParDo(self.resolve)
-                | "ReadPartitions" >> beam.ParDo(self.read).with_output_types(MessageBatch))
+                | "ReadPartitions" >> beam.ParDo(self.read))
 
 
 class ReadFromKafkaRanges(beam.PTransform):
@@ -121,4 +120,4 @@ class ReadFromKafkaRanges(beam.PTransform):
     def expand(self, pbegin):
         return (pbegin
                 | "Ranges" >> beam.Create(self.ranges, reshuffle=False)
-                | "ReadPartitions" >> beam.ParDo(self.read).with_output_types(MessageBatch))
+                | "ReadPartitions" >> beam.ParDo(self.read))
