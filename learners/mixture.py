@@ -1,12 +1,14 @@
 """``scinol-mix``: a Bayes mixture of parameter-free linear learners.
 
-Up to six experts run side by side in one compiled kernel, over one state:
+Up to seven experts run side by side in one compiled kernel, over one state:
 
     0 ScInOL2, 1 ScInOL1 (Kempka et al. 2019, Algorithms 2 and 1),
     2 KT coin betting per coordinate (Orabona & Pál 2016), 3 Kotłowski 2017
     Algorithm 1, 4 ScInOL2 on running-mean-centred features (:func:`centred`),
-    5 the zero predictor (ŷ = 0: probability 1/2, or 1/K).
-    By default 0, 4 and 5 (docs/learners.md says why); 1-3 on request.
+    5 ScInOL2 with ten times the initial wealth ε (the "wide" expert: it bets
+    more from the start, which pays on short streams), 6 the zero predictor
+    (ŷ = 0: probability 1/2, or 1/K).
+    By default 0, 4, 5 and 6 (docs/learners.md says why); 1-3 on request.
 
 Each base learns exactly as it would alone, from the gradient of the loss at
 its *own* score. The mixture predicts the class probabilities
@@ -20,7 +22,7 @@ and §9.2 (log loss)). For the log loss the identity
 Σ_t ℓ_t(mix) = -ln Σ_i (1/N) exp(-L_{T,i}) holds exactly (the mixture's
 probability of the labels is the prior-average of the experts'), hence
 
-    Σ_t ℓ_t(mix) ≤ min_i L_{T,i} + ln N          (N = 3 by default, up to 6)
+    Σ_t ℓ_t(mix) ≤ min_i L_{T,i} + ln N          (N = 4 by default, up to 7)
 
 for any sequence, with no tuning and no bound on the losses: never more
 than ln N / T per example above the best base, nor above the zero model
@@ -39,15 +41,16 @@ linear function of x: :meth:`Mixture.weights` gives the bases' weights
 averaged with the current π, for inspection only.
 
 Shardable: every base is coordinate-separable (the centred expert's means
-too). A shard returns the partial scores of the five linear bases and
-Kotłowski's count of new coordinates (5K + 1 sums); the combiner owns the
-cumulative losses L_i and returns each base's own g and the row's h (5K + 1
+too). A shard returns the partial scores of the six linear bases and
+Kotłowski's count of new coordinates (6K + 1 sums); the combiner owns the
+cumulative losses L_i and returns each base's own g and the row's h (6K + 1
 feedback values).
 
-State: P[j, k] = (G, S², η | G, S², β | θ, W | h | G, S², η) (ScInOL2 |
-ScInOL1 | KT | Kotłowski | centred ScInOL2), Q[j] = (M, s², M_c, μ, n,
-first, varied) (see COORD_FIELDS): ScInOL1 and ScInOL2 share M = max |x_j|,
-which both update to the same value. Globals: t, Kotłowski's d seen, and
+State: P[j, k] = (G, S², η | G, S², η | G, S², η | G, S², β | θ, W | h)
+(ScInOL2 | wide ScInOL2 | centred ScInOL2 | ScInOL1 | KT | Kotłowski),
+Q[j] = (M, s², M_c, μ, n,
+first, varied) (see COORD_FIELDS): ScInOL1 and both raw ScInOL2s share
+M = max |x_j|, which all update to the same value. Globals: t, Kotłowski's d seen, and
 L_i for each expert.
 """
 
@@ -74,31 +77,37 @@ inline = njit(cache=True, error_model="numpy", inline="always")
 # helper or sliced took most of the kernel's time (perf, gdb).
 no_refcount = njit(cache=True, error_model="numpy", _nrt=False)
 
-BASES = ("scinol2", "scinol1", "kt-coord", "kotlowski1", "scinol2-centred")
+BASES = ("scinol2", "scinol1", "kt-coord", "kotlowski1", "scinol2-centred", "scinol2-wide")
 EXPERTS = (*BASES, "zero")
-N_BASES, ZERO, CENTRED = 5, 5, 4
-FIELDS = ("G_2", "S2_2", "eta", "G_1", "S2_1", "beta", "theta", "wealth", "h", "G_c", "S2_c", "eta_c")
+N_BASES, ZERO, CENTRED, WIDE = 6, 6, 4, 5
+WIDE_EPS = 10.0
+"""The wide expert's ε, as a multiple of ``eps``."""
+# The default experts' fields first, so a coordinate's row of them spans
+# two cache lines (sparse rows miss the cache on every coordinate).
+FIELDS = ("G_2", "S2_2", "eta", "G_w", "S2_w", "eta_w", "G_c", "S2_c", "eta_c", "G_1", "S2_1", "beta", "theta",
+          "wealth", "h")
 COORD_FIELDS = ("M", "s2", "M_c", "mu", "n", "first", "varied")
 """M_c = max |x_j - μ_j| (the centred expert's M), μ_j the running mean of
 x_j over the rows learned from where x_j ≠ 0, n_j their total importance
 weight, the first such x_j, and 1 once a later one differed from it."""
 MU, NW, FIRST, VARIED = 3, 4, 5, 6
 GLOBALS = ("t", "dim", *(f"L_{e}" for e in EXPERTS), "H", "C")
-AVG_FIELDS = ("avg_2", "avg_1", "avg_kt", "avg_h", "avg_c")
+AVG_FIELDS = ("avg_2", "avg_1", "avg_kt", "avg_h", "avg_c", "avg_w")
 """With average=1: Σ of each base's iterates up to the coordinate's last update."""
 AVG_COORD_FIELDS = ("last_t", "last_H", "last_C")
 """With average=1: t, H and C when the coordinate was last updated."""
 L0 = 2  # glob[L0 + i] is expert i's cumulative weighted loss
 H, C = L0 + N_BASES + 1, L0 + N_BASES + 2  # glob[H] = Σ_{s≤t} 1/s (KT's w ∝ 1/s), glob[C] = Σ 1/(s d_s)
-A0, LAST = 12, 7  # P[j, k, A0 + b]: base b's sum; Q[j, LAST + 0, 1, 2]: last t, H, C
+A0, LAST = 15, 7  # P[j, k, A0 + b]: base b's sum; Q[j, LAST + 0, 1, 2]: last t, H, C
 DEAD = 1e300  # L_i of an expert whose loss was ∞ or NaN: weight 0 from then on
 PARAMS = {"eps": 1.0, "alpha": 1.5, "wealth": 1.0, "kt": 0.0, "scinol1": 0.0, "kotlowski1": 0.0, "average": 0.0,
-          "center": 1.0}
+          "center": 1.0, "wide": 1.0}
 """ε of both ScInOLs, Kotłowski's α, KT's initial wealth (the bases' own
 defaults); then 1/0: whether KT, ScInOL1, Kotłowski's Alg. 1 take part;
 ``average`` 1: unlabelled rows are scored with each base's averaged iterate
 (1/T) Σ_t w_t (online-to-batch conversion), labelled rows as always;
-``center`` 1/0: whether the running-mean-centred ScInOL2 takes part."""
+``center`` 1/0: whether the running-mean-centred ScInOL2 takes part;
+``wide`` 1/0: whether ScInOL2 with ε = WIDE_EPS × eps takes part."""
 
 
 # The bases' weight and update inlined into the passes (numba IR): compiled
@@ -111,8 +120,8 @@ _sc_weight, _sc_update, _kt_weight, _kt_update, _ko_weight, _ko_update = (
 @jit
 def flags(prm):
     """Which linear bases run: ScInOL2 always; ScInOL1, KT, Kotłowski and
-    the centred ScInOL2 as their parameters say (prm[4], prm[3], prm[5], prm[7])."""
-    return np.array([True, prm[4] != 0.0, prm[3] != 0.0, prm[5] != 0.0, prm[7] != 0.0])
+    the centred and the wide ScInOL2 as their parameters say (prm[4], prm[3], prm[5], prm[7], prm[8])."""
+    return np.array([True, prm[4] != 0.0, prm[3] != 0.0, prm[5] != 0.0, prm[7] != 0.0, prm[8] != 0.0])
 
 
 @inline
@@ -147,9 +156,9 @@ def _learn_mean(prm, P, Q, j, x, h):
         Q[j, VARIED] = 1.0
         Q[j, 2] = 0.0  # M_c
         for k in range(P.shape[1]):
-            P[j, k, 9] = 0.0
-            P[j, k, 10] = 0.0
-            P[j, k, 11] = prm[0]  # η = ε
+            P[j, k, 6] = 0.0
+            P[j, k, 7] = 0.0
+            P[j, k, 8] = prm[0]  # η = ε
     Q[j, NW] += h
     Q[j, MU] += (h / Q[j, NW]) * (x - Q[j, MU])
 
@@ -195,7 +204,7 @@ def _valid(loss, glob, on, yb, i):
 
 
 @inline
-def _mix_logistic_fast(glob, on, yb, top, out):
+def _mix_logistic_fast(glob, on, yb, top, out, ez):
     """ŷ = ln(Σ π_i σ(z_i)) - ln(Σ π_i σ(-z_i)) in the probability domain:
     one exp for π_i and one for σ per expert, one log, where the log-domain
     sums below take about four of each. Both sums are ≥ π_best min σ, so
@@ -211,6 +220,7 @@ def _mix_logistic_fast(glob, on, yb, top, out):
             return False
         pi = _exp_prior(top - glob[L0 + i])
         e = math.exp(-abs(z))
+        ez[i] = e
         big, small = pi / (1.0 + e), pi * e / (1.0 + e)
         if z >= 0.0:
             sp, sn = sp + big, sn + small
@@ -223,15 +233,17 @@ def _mix_logistic_fast(glob, on, yb, top, out):
 
 
 @no_refcount
-def mix_scores(loss, glob, on, yb, out):
-    """The mixture's scores from the bases' (yb, (4, K)) and the L_i."""
+def mix_scores(loss, glob, on, yb, out, ez):
+    """The mixture's scores from the bases' (yb, (N_BASES, K)) and the L_i.
+    True when the logistic fast path ran: ez[i] then holds exp(-|ŷ_i|) of
+    each base that takes part, which its loss and gradient reuse."""
     top = -glob[L0 + ZERO]
     for i in range(N_BASES):
         if _valid(loss, glob, on, yb, i):
             top = max(top, -glob[L0 + i])
     if loss == LOGISTIC:
-        if _mix_logistic_fast(glob, on, yb, top, out):
-            return
+        if _mix_logistic_fast(glob, on, yb, top, out, ez):
+            return True
         mp, sp, mn, sn = -math.inf, 0.0, -math.inf, 0.0
         for i in range(N_BASES + 1):
             if not _valid(loss, glob, on, yb, i):
@@ -241,7 +253,7 @@ def mix_scores(loss, glob, on, yb, out):
             mp, sp = _lse_add(mp, sp, a - _softplus(-z))  # ln π_i σ(z)
             mn, sn = _lse_add(mn, sn, a - _softplus(z))  # ln π_i σ(-z)
         out[0] = (mp + math.log(sp)) - (mn + math.log(sn))
-        return
+        return False
     n_out = out.shape[0]
     lz = math.log(n_out)
     for c in range(n_out):
@@ -270,18 +282,34 @@ def mix_scores(loss, glob, on, yb, out):
     norm = m + math.log(s)
     for c in range(n_out):
         out[c] -= norm
+    return False
 
 
 @inline
-def _combine(loss, loss_prm, glob, on, yb, ex, y, iw, fb, ymix, tmp, zero_loss):
+def _logistic_from(y, z, e, g):
+    """scalar_loss_grad's logistic ℓ and g (y = ±1), from e = exp(-|z|)
+    already taken for the mixing: the same operations, one exp fewer."""
+    m = y * z
+    if m > 0.0:
+        g[0] = -y * e / (1.0 + e)
+        return math.log1p(e)
+    g[0] = -y / (1.0 + e)
+    return math.log1p(e) - m
+
+
+@inline
+def _combine(loss, loss_prm, glob, on, yb, ex, y, iw, fb, ymix, tmp, zero_loss, ez):
     """ℓ(y, mixture), each base's g (times iw) into fb[b], L_i += iw ℓ_i."""
-    mix_scores(loss, glob, on, yb, ymix)
+    shared = mix_scores(loss, glob, on, yb, ymix, ez) and abs(y) == 1.0
     value = loss_grad_into(loss, loss_prm, y, ymix, tmp)
     for b in range(N_BASES):
         if not on[b]:
             fb[b, :] = 0.0
             continue
-        value_b = loss_grad_into(loss, loss_prm, y, yb[b], fb[b])
+        if shared and glob[L0 + b] < DEAD:
+            value_b = _logistic_from(y, yb[b, 0], ez[b], fb[b])
+        else:
+            value_b = loss_grad_into(loss, loss_prm, y, yb[b], fb[b])
         if not _valid(loss, glob, on, yb, b) or not value_b < math.inf:
             # Out of the mixture for good, and frozen: a finite mark, as
             # saved states must hold finite scalars.
@@ -307,7 +335,7 @@ def _col(indices, p, start, dense):
 
 @inline
 def _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, x, t, learning):
-    if b == 0 or b == CENTRED:  # the centred expert gets x - μ and its own G, S², η, M
+    if b == 0 or b >= CENTRED:  # the centred expert gets x - μ and its own G, S², η, M
         return _sc_weight(SCINOL2, prm, Pb, Qb, j, k, x, t)
     if b == 1:
         return _sc_weight(SCINOL1, prm, Pb, Qb, j, k, x, t)
@@ -318,7 +346,7 @@ def _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, x, t, learning):
 
 @inline
 def _update_of(b, prm, glob, Pb, Qb, j, x, t, Fb, Wb, slot, n_out):
-    if b == 0 or b == CENTRED:
+    if b == 0 or b >= CENTRED:
         _sc_update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)
     elif b == 1:
         _sc_update(SCINOL1, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)  # M already max'd: the same M²
@@ -332,7 +360,7 @@ def _update_of(b, prm, glob, Pb, Qb, j, x, t, Fb, Wb, slot, n_out):
 def _rate(b, kprm, glob):
     """Base b's offline weight at trial s is coef / r_b(s): the sum of the
     weights over trials is coef times Σ 1/r_b, i.e. t, H or C."""
-    if b <= 1 or b == CENTRED:
+    if b <= 1 or b >= CENTRED:
         return glob[0]
     if b == 2:
         return glob[H]
@@ -356,7 +384,7 @@ def _averaged_of(b, prm, kprm, glob, P, Q, Pb, Qb, j, k):
     the current weight over the trials since (online-to-batch conversion)."""
     if glob[0] == 0.0:
         return 0.0
-    since = _rate(b, kprm, glob) - Q[j, LAST + (0 if b <= 1 or b == CENTRED else b - 1)]
+    since = _rate(b, kprm, glob) - Q[j, LAST + (0 if b <= 1 or b >= CENTRED else b - 1)]
     return (P[j, k, A0 + b] + _coef(b, prm, kprm, glob, Pb, Qb, j, k) * since) / glob[0]
 
 
@@ -364,7 +392,7 @@ def _averaged_of(b, prm, kprm, glob, P, Q, Pb, Qb, j, k):
 def _average_coord(prm, kprm, glob, P, Q, j, on, n_out):
     """Before coordinate j learns: its current weights have been in force
     since its last update; add them to the sums and mark the trial."""
-    views = (P[:, :, 0:3], P[:, :, 3:6], P[:, :, 6:8], P[:, :, 8:9], P[:, :, 9:12])
+    views = (P[:, :, 0:3], P[:, :, 9:12], P[:, :, 12:14], P[:, :, 14:15], P[:, :, 6:9], P[:, :, 3:6])
     for k in range(n_out):
         P[j, k, A0] += _coef(0, prm, kprm, glob, views[0], Q, j, k) * (glob[0] - Q[j, LAST])
         if on[1]:
@@ -375,6 +403,8 @@ def _average_coord(prm, kprm, glob, P, Q, j, on, n_out):
             P[j, k, A0 + 3] += _coef(3, prm, kprm, glob, views[3], Q[:, 1:2], j, k) * (glob[C] - Q[j, LAST + 2])
         if on[4]:
             P[j, k, A0 + 4] += _coef(4, prm, kprm, glob, views[4], Q[:, 2:3], j, k) * (glob[0] - Q[j, LAST])
+        if on[5]:
+            P[j, k, A0 + 5] += _coef(5, prm, kprm, glob, views[5], Q, j, k) * (glob[0] - Q[j, LAST])
     Q[j, LAST] = glob[0]
     Q[j, LAST + 1] = glob[H]
     Q[j, LAST + 2] = glob[C]
@@ -403,12 +433,48 @@ def _scinol2_scores(prm, Q, Pb, Qb, indices, data, start, end, dense, bias, t, c
 
 
 @inline
+def _pair_scores(prm, Q, Pr, Pw, indices, data, start, end, dense, bias, t, Wr, Ww, yb, n_out):
+    """ScInOL2 and the wide ScInOL2 in one loop: the same x and M, read
+    once; two independent chains per coordinate, which the core overlaps
+    (about 1.5x one expert's time, where two passes take 2x)."""
+    for k in range(n_out):
+        acc, acc_w = 0.0, 0.0
+        if bias:
+            w, ww = _sc_weight(SCINOL2, prm, Pr, Q, 0, k, 1.0, t), _sc_weight(SCINOL2, prm, Pw, Q, 0, k, 1.0, t)
+            Wr[0, k], Ww[0, k] = w, ww
+            acc, acc_w = acc + w, acc_w + ww
+        for p in range(start, end):
+            x = data[p]
+            if x != 0.0:
+                j = (p - start if dense else indices[p]) + bias
+                w, ww = _sc_weight(SCINOL2, prm, Pr, Q, j, k, x, t), _sc_weight(SCINOL2, prm, Pw, Q, j, k, x, t)
+                slot = p - start + bias
+                Wr[slot, k], Ww[slot, k] = w, ww
+                acc, acc_w = acc + x * w, acc_w + x * ww
+        yb[0, k], yb[WIDE, k] = acc, acc_w
+
+
+@inline
+def _pair_update(prm, Pr, Pw, Q, indices, data, start, end, dense, bias, t, Fr, Fw, Wr, Ww, n_out):
+    """:func:`_pair_scores`' two experts learn, in one loop."""
+    if bias:
+        _sc_update(SCINOL2, prm, Pr, Q, 0, 1.0, t, Fr, Wr, 0, n_out)
+        _sc_update(SCINOL2, prm, Pw, Q, 0, 1.0, t, Fw, Ww, 0, n_out)
+    for p in range(start, end):
+        x = data[p]
+        if x != 0.0:
+            j = (p - start if dense else indices[p]) + bias
+            _sc_update(SCINOL2, prm, Pr, Q, j, x, t, Fr, Wr, p - start + bias, n_out)
+            _sc_update(SCINOL2, prm, Pw, Q, j, x, t, Fw, Ww, p - start + bias, n_out)
+
+
+@inline
 def _score_pass(b, prm, kprm, glob, P, Q, Pb, Qb, indices, data, start, end, dense, bias, t, learning, averaged, Wb,
                 yb, n_out):
     """Base b's scores over the row: one base per pass, each with a scalar
     accumulator, as the standalone kernels run (one loop calling all four
     bases per coordinate ran at twice the sum of the four kernels' times)."""
-    if not averaged and (b == 0 or b == CENTRED):
+    if not averaged and (b == 0 or b >= CENTRED):
         _scinol2_scores(prm, Q, Pb, Qb, indices, data, start, end, dense, bias, t, b == CENTRED, Wb, yb, b, n_out)
         return
     for k in range(n_out):
@@ -437,7 +503,7 @@ def _score_pass(b, prm, kprm, glob, P, Q, Pb, Qb, indices, data, start, end, den
 
 @inline
 def _update_pass(b, prm, glob, Pb, Qb, Q, indices, data, start, end, dense, bias, t, Fb, Wb, n_out):
-    if b == 0 or b == CENTRED:  # ScInOL2 alone in the loop, as in its own kernel
+    if b == 0 or b >= CENTRED:  # ScInOL2 alone in the loop, as in its own kernel
         if bias:
             _sc_update(SCINOL2, prm, Pb, Qb, 0, 1.0, t, Fb, Wb, 0, n_out)
         for p in range(start, end):
@@ -460,6 +526,20 @@ def _update_pass(b, prm, glob, Pb, Qb, Q, indices, data, start, end, dense, bias
 
 
 @inline
+def _gather(P, Q, indices, start, end, bias, ex):
+    """Load each coordinate's first and last default state word before the passes:
+    on sparse rows every coordinate misses the cache, and these loads,
+    independent of each other, overlap their misses, where the passes'
+    loads wait behind each coordinate's arithmetic. (The sum goes to ex[0],
+    which nothing reads, so the loads are kept.)"""
+    acc = 0.0
+    for p in range(start, end):
+        j = indices[p] + bias
+        acc += P[j, 0, 0] + P[j, 0, 8] + Q[j, 0] + Q[j, VARIED]  # the default experts' first and last
+    ex[0] = acc
+
+
+@inline
 def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning, on, yb, ex, W, n_out):
     # average=1: unlabelled rows (test time) are scored with the averaged
     # iterates; labelled rows, hence the progressive metrics, stay online.
@@ -469,28 +549,38 @@ def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning
     loops over k then fold away, several times faster.)"""
     t = glob[0] + 1.0
     QK = Q[:, 1:2]
+    if not dense:
+        _gather(P, Q, indices, start, end, bias, ex)
     for b in range(N_BASES):
         if not on[b]:
             yb[b, :] = 0.0
-    _score_pass(0, prm, kprm, glob, P, Q, P[:, :, 0:3], Q, indices, data, start, end, dense, bias, t, learning,
-                    averaged, W[0], yb,
-                n_out)
+    if on[WIDE] and not averaged:
+        _pair_scores(prm, Q, P[:, :, 0:3], P[:, :, 3:6], indices, data, start, end, dense, bias, t, W[0], W[WIDE],
+                     yb, n_out)
+    else:
+        _score_pass(0, prm, kprm, glob, P, Q, P[:, :, 0:3], Q, indices, data, start, end, dense, bias, t, learning,
+                    averaged, W[0], yb, n_out)
+        if on[WIDE]:
+            _score_pass(WIDE, prm, kprm, glob, P, Q, P[:, :, 3:6], Q, indices, data, start, end, dense, bias, t,
+                        learning, averaged, W[WIDE], yb, n_out)
     if on[1]:
-        _score_pass(1, prm, kprm, glob, P, Q, P[:, :, 3:6], Q, indices, data, start, end, dense, bias, t, learning,
+        _score_pass(1, prm, kprm, glob, P, Q, P[:, :, 9:12], Q, indices, data, start, end, dense, bias, t, learning,
                     averaged, W[1],
                     yb, n_out)
     if on[2]:
-        _score_pass(2, prm, kprm, glob, P, Q, P[:, :, 6:8], Q, indices, data, start, end, dense, bias, t, learning,
+        _score_pass(2, prm, kprm, glob, P, Q, P[:, :, 12:14], Q, indices, data, start, end, dense, bias, t, learning,
                     averaged, W[2],
                     yb, n_out)
     if on[3]:
-        _score_pass(3, prm, kprm, glob, P, Q, P[:, :, 8:9], QK, indices, data, start, end, dense, bias, t, learning,
+        _score_pass(3, prm, kprm, glob, P, Q, P[:, :, 14:15], QK, indices, data, start, end, dense, bias, t, learning,
                     averaged, W[3],
                     yb, n_out)
     if on[4]:
-        _score_pass(4, prm, kprm, glob, P, Q, P[:, :, 9:12], Q[:, 2:3], indices, data, start, end, dense, bias, t,
+        _score_pass(4, prm, kprm, glob, P, Q, P[:, :, 6:9], Q[:, 2:3], indices, data, start, end, dense, bias, t,
                     learning, averaged, W[4], yb, n_out)
-    ex[1] = 0.0  # Kotłowski's count of coordinates never seen before
+    ex[1] = 0.0  # Kotłowski's count of coordinates never seen before (only Kotłowski reads it)
+    if not on[3]:
+        return
     if bias:
         KO.extras(QK, 0, ex)
     for p in range(start, end):
@@ -510,23 +600,27 @@ def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n
         for p in range(start, end):
             if data[p] != 0.0:
                 _average_coord(prm, kprm, glob, P, Q, _col(indices, p, start, dense) + bias, on, n_out)
-    _update_pass(0, prm, glob, P[:, :, 0:3], Q, Q, indices, data, start, end, dense, bias, t, fb[0], W[0], n_out)
+    if on[WIDE]:
+        _pair_update(prm, P[:, :, 0:3], P[:, :, 3:6], Q, indices, data, start, end, dense, bias, t, fb[0],
+                     fb[WIDE], W[0], W[WIDE], n_out)
+    else:
+        _update_pass(0, prm, glob, P[:, :, 0:3], Q, Q, indices, data, start, end, dense, bias, t, fb[0], W[0], n_out)
     if on[1]:
-        _update_pass(1, prm, glob, P[:, :, 3:6], Q, Q, indices, data, start, end, dense, bias, t, fb[1], W[1], n_out)
+        _update_pass(1, prm, glob, P[:, :, 9:12], Q, Q, indices, data, start, end, dense, bias, t, fb[1], W[1], n_out)
     if on[2]:
-        _update_pass(2, prm, glob, P[:, :, 6:8], Q, Q, indices, data, start, end, dense, bias, t, fb[2], W[2], n_out)
+        _update_pass(2, prm, glob, P[:, :, 12:14], Q, Q, indices, data, start, end, dense, bias, t, fb[2], W[2], n_out)
     if on[3]:
-        _update_pass(3, prm, glob, P[:, :, 8:9], Q[:, 1:2], Q, indices, data, start, end, dense, bias, t, fb[3],
+        _update_pass(3, prm, glob, P[:, :, 14:15], Q[:, 1:2], Q, indices, data, start, end, dense, bias, t, fb[3],
                      W[3], n_out)
     if on[4]:
-        _update_pass(4, prm, glob, P[:, :, 9:12], Q[:, 2:3], Q, indices, data, start, end, dense, bias, t, fb[4],
+        _update_pass(4, prm, glob, P[:, :, 6:9], Q[:, 2:3], Q, indices, data, start, end, dense, bias, t, fb[4],
                      W[4], n_out)
         _learn_means(prm, P, Q, indices, data, start, end, dense, bias, h)
 
 
 @no_refcount
 def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, on, W, yb, fb,
-          ex, ymix, tmp, n_out):
+          ex, ymix, tmp, ez, n_out):
     kprm = prm[1:3]
     zero_loss = math.log(2.0) if loss == LOGISTIC else math.log(n_out)
     for i in range(indptr.shape[0] - 1):
@@ -535,12 +629,12 @@ def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss
         _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning, on, yb, ex, W, n_out)
         weight_i = iw[i] if iw.shape[0] else 1.0
         if not learning or weight_i == 0.0:
-            mix_scores(loss, glob, on, yb, ymix)
+            mix_scores(loss, glob, on, yb, ymix, ez)
             for c in range(n_out):
                 scores[i, c] = ymix[c]
             losses[i] = math.nan if not learning else loss_grad_into(loss, loss_prm, y[i], ymix, tmp)
             continue
-        losses[i] = _combine(loss, loss_prm, glob, on, yb, ex, y[i], weight_i, fb, ymix, tmp, zero_loss)
+        losses[i] = _combine(loss, loss_prm, glob, on, yb, ex, y[i], weight_i, fb, ymix, tmp, zero_loss, ez)
         for c in range(n_out):
             scores[i, c] = ymix[c]
         _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n_out, weight_i)
@@ -556,9 +650,9 @@ def learn_rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss,
         longest = max(longest, indptr[i + 1] - indptr[i])
     W = np.zeros((N_BASES, longest + 1, n_out))
     yb, fb, ex = np.zeros((N_BASES, n_out)), np.zeros((N_BASES, n_out)), np.zeros(2)
-    ymix, tmp = np.empty(n_out), np.empty(n_out)
+    ymix, tmp, ez = np.empty(n_out), np.empty(n_out), np.empty(N_BASES)
     args = (prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, flags(prm),
-            W, yb, fb, ex, ymix, tmp)
+            W, yb, fb, ex, ymix, tmp, ez)
     if n_out == 1:  # a constant: the loops over k fold away
         _rows(*args, 1)
     else:
@@ -575,13 +669,13 @@ def predict_row(prm, glob, P, Q, indices, data, bias, learning, yb, ex, W):
 def combine_row(prm, glob, yb, ex, y, iw, loss, loss_prm, fb, ymix):
     n_out = yb.shape[1]
     return _combine(loss, loss_prm, glob, flags(prm), yb, ex, y, iw, fb, ymix, np.empty(n_out),
-                    math.log(2.0) if loss == LOGISTIC else math.log(n_out))
+                    math.log(2.0) if loss == LOGISTIC else math.log(n_out), np.empty(N_BASES))
 
 
 @jit
 def scores_only(prm, glob, yb, y, loss, loss_prm, ymix):
     """The mixture's score, and its loss (NaN for y NaN), changing nothing."""
-    mix_scores(loss, glob, flags(prm), yb, ymix)
+    mix_scores(loss, glob, flags(prm), yb, ymix, np.empty(N_BASES))
     if math.isnan(y):
         return math.nan
     return loss_grad_into(loss, loss_prm, y, ymix, np.empty(ymix.shape[0]))
@@ -603,13 +697,15 @@ def base_weights(prm, glob, P, Q):
         for k in range(n_out):
             out[0, j, k] = SC.weight(SCINOL2, prm, P[:, :, 0:3], Q, j, k, 0.0, t)
             if on[1]:
-                out[1, j, k] = SC.weight(SCINOL1, prm, P[:, :, 3:6], Q, j, k, 0.0, t)
+                out[1, j, k] = SC.weight(SCINOL1, prm, P[:, :, 9:12], Q, j, k, 0.0, t)
             if on[2]:
-                out[2, j, k] = KT.weight(KT_COORD, prm, glob, P[:, :, 6:8], j, k, t, False)
+                out[2, j, k] = KT.weight(KT_COORD, prm, glob, P[:, :, 12:14], j, k, t, False)
             if on[3]:
-                out[3, j, k] = KO.weight(prm[1:3], glob, P[:, :, 8:9], Q[:, 1:2], j, k, 0.0, t)
+                out[3, j, k] = KO.weight(prm[1:3], glob, P[:, :, 14:15], Q[:, 1:2], j, k, 0.0, t)
             if on[4]:  # on x - μ: these weights apply to centred features
-                out[4, j, k] = SC.weight(SCINOL2, prm, P[:, :, 9:12], Q[:, 2:3], j, k, 0.0, t)
+                out[4, j, k] = SC.weight(SCINOL2, prm, P[:, :, 6:9], Q[:, 2:3], j, k, 0.0, t)
+            if on[5]:
+                out[5, j, k] = SC.weight(SCINOL2, prm, P[:, :, 3:6], Q, j, k, 0.0, t)
     return out
 
 

@@ -20,12 +20,14 @@ _CHECKS = {
     "kotlowski1": (lambda v: v in (0.0, 1.0), "0 or 1"),
     "average": (lambda v: v in (0.0, 1.0), "0 or 1"),
     "center": (lambda v: v in (0.0, 1.0), "0 or 1"),
+    "wide": (lambda v: v in (0.0, 1.0), "0 or 1"),
 }
 
 
 class Mixture:
-    """ScInOL2, ScInOL2 on running-mean-centred features and the zero
-    predictor by default (``center=0`` leaves the centred one out), and on
+    """ScInOL2, ScInOL2 on running-mean-centred features, ScInOL2 with ten
+    times the initial wealth and the zero predictor by default (``center=0``,
+    ``wide=0`` leave the centred and the wide one out), and on
     request ScInOL1, KT per coordinate and Kotłowski's Alg. 1 (``scinol1=1``,
     ``kt=1``, ``kotlowski1=1``), mixed as a Bayes mixture of their
     probabilities. ``eps`` is ScInOL's ε, ``alpha`` Kotłowski's α,
@@ -34,7 +36,7 @@ class Mixture:
     scale-invariant, and so is the mixture."""
 
     name = "scinol-mix"
-    summary = "Bayes mixture of ScInOL2, centred ScInOL2 and zero (+ ScInOL1, KT, Kotłowski on request)"
+    summary = "Bayes mixture of ScInOL2, centred ScInOL2, ScInOL2 at 10ε and zero (+ ScInOL1, KT, Kotłowski)"
     parameter_free = True
     shardable = True
 
@@ -58,7 +60,7 @@ class Mixture:
         # prm = (ε, α, Kotłowski's dim = 0: auto, KT, ScInOL1, Kotłowski on/off); KT's wealth is only
         # an initial value.
         self._prm = np.array([values["eps"], values["alpha"], 0.0, values["kt"], values["scinol1"],
-                              values["kotlowski1"], values["average"], values["center"]])
+                              values["kotlowski1"], values["average"], values["center"], values["wide"]])
 
     def check_loss(self, loss: str) -> None:
         if loss not in ("logistic", "softmax"):
@@ -67,6 +69,7 @@ class Mixture:
 
     def init_state(self, n_coords: int, n_outputs: int) -> LearnerState:
         init = {"eta": self.params["eps"], "eta_c": self.params["eps"], "beta": self.params["eps"],
+                "eta_w": MX.WIDE_EPS * self.params["eps"],
                 "wealth": self.params["wealth"]}
         averaged = self.params["average"] != 0.0  # the sums and marks only when asked for
         fill_p = np.array([init.get(f, 0.0) for f in MX.FIELDS + MX.AVG_FIELDS * averaged])
@@ -96,7 +99,7 @@ class Mixture:
                       y, iw, loss, loss_param, scores, losses)
         self._store(state.scalars, glob)
 
-    # -- the shard protocol: 5K partial scores + 1 count; 5K feedback values + h --
+    # -- the shard protocol: 6K partial scores + 1 count; 6K feedback values + h --
     def predict(self, state, indices, data, bias, scalars, learning=True):
         P = state.arrays["P"]
         n_out = P.shape[1]

@@ -7,8 +7,8 @@ logistic loss), best of ``--repeats``, JIT warmed up.
 Gain: one pass over the shuffled training set of each data set (the order
 of run r is :func:`pipelines.bench.multi_epoch.epoch_order` (r, 0), the same
 for every contender), progressive log loss and error, mean over ``--runs``:
-ScInOL2, scinol-mix (default: ScInOL2, centred ScInOL2, zero), with all six
-experts, with ScInOL2 and zero only, the zero model
+ScInOL2, scinol-mix (default: ScInOL2, centred ScInOL2, wide ScInOL2, zero),
+with all seven experts, without the wide one, with ScInOL2 and zero only, the zero model
 (ln 2, ln K), and with ``--competitors`` the untuned VW and River contenders
 of the accuracy benchmark (pipelines/bench/contenders.py).
 
@@ -32,9 +32,10 @@ from pipelines.bench.kernel_speed import batches, sparse_examples
 from pipelines.bench.metrics import capped, score_losses, score_predictions
 from pipelines.bench.multi_epoch import epoch_order, load_dataset
 
-ALL = {"kt": 1.0, "scinol1": 1.0, "kotlowski1": 1.0, "center": 1.0}
+ALL = {"kt": 1.0, "scinol1": 1.0, "kotlowski1": 1.0, "center": 1.0, "wide": 1.0}
 OURS = (("ScInOL2", "scinol2", {}), ("scinol-mix", "scinol-mix", {}),
-        ("scinol-mix all 6", "scinol-mix", ALL), ("scinol-mix ScInOL2+zero", "scinol-mix", {"center": 0.0}))
+        ("scinol-mix all 7", "scinol-mix", ALL), ("scinol-mix without wide", "scinol-mix", {"wide": 0.0}),
+        ("scinol-mix ScInOL2+zero", "scinol-mix", {"center": 0.0, "wide": 0.0}))
 MIXES = [(label, params) for label, algo, params in OURS if algo == "scinol-mix"]
 OURS += (("scinol-mix average=1", "scinol-mix", {"average": 1.0}),)  # same online run: test loss only differs
 COMPETITORS = (("VW default", "vw", "default"), ("VW --coin", "vw", "coin"), ("River default", "river", "default"),

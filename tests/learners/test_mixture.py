@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from learners import OnlineLearner, make_learner
-from learners.mixture import BASES, EXPERTS
+from learners.mixture import BASES, EXPERTS, FIELDS, WIDE_EPS
 from tests.reference.mix import CentredScInOL2
 from tests.support.gen import features, labels, to_csr
 
@@ -36,8 +36,8 @@ def stream(seed, loss, kind, n=600, d=8):
     return X, y
 
 
-ALL = {"kt": 1.0, "scinol1": 1.0, "kotlowski1": 1.0, "center": 1.0}
-"""Every expert on (the default is ScInOL2, centred ScInOL2 and zero)."""
+ALL = {"kt": 1.0, "scinol1": 1.0, "kotlowski1": 1.0, "center": 1.0, "wide": 1.0}
+"""Every expert on (the default is ScInOL2, centred ScInOL2, wide ScInOL2 and zero)."""
 
 
 def mix(loss, **params):
@@ -58,10 +58,12 @@ def test_bases_learn_as_alone_and_the_regret_is_at_most_ln_n(loss, kind):
     L = np.array([learner.state.scalars[f"L_{e}"] for e in EXPERTS if on or e != "kt-coord"])
     for name, total in zip([b for b in BASES if on or b != "kt-coord"], L):
         if name == "scinol2-centred":  # not a learner of its own: its literal reference
-            alone = CentredScInOL2(X.shape[1] + 1, 3 if loss == "softmax" else 1, 1.0)
+            alone = CentredScInOL2(X.shape[1] + 1, 3 if loss == "softmax" else 1, learner.algorithm.params["eps"])
             own = np.array([alone.step([1.0] + x.tolist(), float(label), loss)[2] for x, label in zip(X, y)])
         else:
-            alone = make_learner(name, loss, n_classes=3 if loss == "softmax" else None)
+            eps = learner.algorithm.params["eps"] * (WIDE_EPS if name == "scinol2-wide" else 1.0)
+            alone = make_learner(name.removesuffix("-wide"), loss, n_classes=3 if loss == "softmax" else None,
+                                 **({"eps": eps} if name.startswith("scinol") else {}))
             _, own = alone.learn(to_csr(X), y, return_losses=True)
         assert total == pytest.approx(own.sum(), rel=1e-12), name
     assert L[-1] == pytest.approx(len(y) * math.log(3 if loss == "softmax" else 2), rel=1e-12)
@@ -97,13 +99,13 @@ def test_scale_invariant_exactly_when_every_base_is(loss):
     assert not np.allclose(mix(loss, **ALL).learn(scaled, y), mix(loss, **ALL).learn(X, y), rtol=1e-6)
 
 
-def test_without_kt_there_are_five_experts():
+def test_without_kt_there_are_six_experts():
     X, y = stream(14, "logistic", "random")
     learner = mix("logistic", **{**ALL, "kt": 0.0})
     _, losses = learner.learn(X, y, return_losses=True)
     L = np.array([learner.state.scalars[f"L_{e}"] for e in EXPERTS if e != "kt-coord"])
-    assert learner.state.scalars["L_kt-coord"] == 0.0 and not learner.state.arrays["P"][:, :, 6].any()
-    assert losses.sum() == pytest.approx(-(np.logaddexp.reduce(-L) - math.log(5)), rel=1e-10)
+    assert learner.state.scalars["L_kt-coord"] == 0.0 and not learner.state.arrays["P"][:, :, FIELDS.index("theta")].any()
+    assert len(L) == 6 and losses.sum() == pytest.approx(-(np.logaddexp.reduce(-L) - math.log(6)), rel=1e-10)
     assert learner.algorithm.expert_weights(learner.state)[2] == 0.0
 
 
@@ -131,14 +133,18 @@ def test_only_log_losses_and_the_weights_of_the_linear_bases():
     learner.learn(X, y)
     pi = learner.algorithm.expert_weights(learner.state)
     assert pi.sum() == pytest.approx(1.0) and (pi >= 0).all() and pi[BASES.index("scinol2-centred")] > 0
-    per_base = [make_learner(name) for name in BASES[:4]]
+    eps = learner.algorithm.params["eps"]
+    per_base = [make_learner(name, **({"eps": eps} if name.startswith("scinol") else {})) for name in BASES[:4]]
     for b in per_base:
         b.learn(X, y)
     want = sum(p * b.weights() for p, b in zip(pi, per_base))
-    centred = CentredScInOL2(X.shape[1] + 1, 1, 1.0)  # its weights are on x - μ
+    centred = CentredScInOL2(X.shape[1] + 1, 1, eps)  # its weights are on x - μ
     for x, label in zip(X, y):
         centred.step([1.0] + x.tolist(), float(label), "logistic")
     want = want + pi[4] * np.array(centred.base._weights([0.0] * (X.shape[1] + 1), len(y) + 1)[0])
+    wide = make_learner("scinol2", eps=WIDE_EPS * eps)
+    wide.learn(X, y)
+    want = want + pi[5] * wide.weights()
     np.testing.assert_allclose(learner.weights(), want, rtol=1e-12, atol=1e-300)
 
 
@@ -281,7 +287,7 @@ def test_centring_pays_on_offset_features(loss):
     _, losses = learner.learn(X, y, return_losses=True)
     L = {e: learner.state.scalars[f"L_{e}"] for e in EXPERTS}
     assert L["scinol2-centred"] < 0.8 * min(L["scinol2"], L["zero"])
-    assert losses.sum() <= L["scinol2-centred"] + math.log(3) + 1e-9 * L["zero"]
+    assert losses.sum() <= L["scinol2-centred"] + math.log(4) + 1e-9 * L["zero"]
 
 
 def test_the_centred_expert_shards_and_checkpoints(tmp_path):

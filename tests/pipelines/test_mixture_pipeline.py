@@ -1,7 +1,7 @@
 """scinol-mix in the pipeline, exact and sharded, like any other learner:
 its predictions equal the in-memory learner's and its checkpoints hold its
 state. On the embedded tansu broker only: what is checked is that the
-learner's protocol (5K + 1 partial sums, 5K + 1 feedback values, the experts'
+learner's protocol (6K + 1 partial sums, 6K + 1 feedback values, the experts'
 losses as global scalars) survives the pipeline, not a broker's quirks,
 which the scinol2 runs of test_pipeline.py / test_sharded_pipeline.py cover
 on both brokers."""

@@ -102,24 +102,24 @@ class CentredScInOL2:
 class ReferenceMix:
     def __init__(self, d: int, loss: str, n_outputs: int = 1, eps: float = 1.0, alpha: float = 1.5,
                  wealth: float = 1.0, kt: float = 0.0, scinol1: float = 0.0, kotlowski1: float = 0.0,
-                 average: float = 0.0, center: float = 1.0, bias: bool = True):
+                 average: float = 0.0, center: float = 1.0, wide: float = 1.0, bias: bool = True):
         self.loss, self.K = loss, n_outputs
         self.bases = [ReferenceScInOL(2, d, n_outputs, eps), ReferenceScInOL(1, d, n_outputs, eps),
                       ReferenceKT("coord", d, n_outputs, wealth), Kotlowski1K(d, n_outputs, alpha),
-                      CentredScInOL2(d, n_outputs, eps, bias)]
+                      CentredScInOL2(d, n_outputs, eps, bias), ReferenceScInOL(2, d, n_outputs, 10.0 * eps)]
         # the last is the zero predictor
-        self.on = [True, scinol1 != 0.0, kt != 0.0, kotlowski1 != 0.0, center != 0.0, True]
-        self.L = [0.0] * 6
+        self.on = [True, scinol1 != 0.0, kt != 0.0, kotlowski1 != 0.0, center != 0.0, wide != 0.0, True]
+        self.L = [0.0] * 7
         # average=1: Σ_t of each base's weights at every trial learned from
         # (offline, x → 0), kept in full; unlabelled rows use their mean.
         self.average, self.T, self.d = average != 0.0, 0, d
-        self.sums = [[[0.0] * n_outputs for _ in range(d)] for _ in range(5)]
+        self.sums = [[[0.0] * n_outputs for _ in range(d)] for _ in range(6)]
 
     def offline_weights(self, b, t):
         base = self.bases[b]
         if b == 4:
             base = base.base
-        if b <= 1 or b == 4:
+        if b <= 1 or b >= 4:
             return base._weights([0.0] * self.d, t)[0]
         return base.current(t) if b == 2 else base.offline(t)
 
@@ -156,7 +156,7 @@ class ReferenceMix:
         learns = not math.isnan(y) and weight > 0.0
         if learns and self.average:
             self.T += 1
-            for b in range(5):
+            for b in range(6):
                 if self.on[b]:
                     w = self.offline_weights(b, self.T)
                     for j in range(self.d):
@@ -164,7 +164,7 @@ class ReferenceMix:
                             self.sums[b][j][k] += w[j][k]
         if math.isnan(y) and self.average:
             outs = [self._averaged(b, x) if on else ([0.0] * self.K, [0.0] * self.K, 0.0)
-                    for b, on in enumerate(self.on[:5])]
+                    for b, on in enumerate(self.on[:6])]
         else:
             outs = [b.step(x, y, self.loss, weight) if on else ([0.0] * self.K, [0.0] * self.K, 0.0)
                     for b, on in zip(self.bases, self.on)]
@@ -180,5 +180,5 @@ class ReferenceMix:
             for i, o in enumerate(outs):
                 if self.on[i]:
                     self.L[i] += weight * o[2]
-            self.L[5] += weight * loss_grad(self.loss, y, [0.0] * self.K)[0]
+            self.L[6] += weight * loss_grad(self.loss, y, [0.0] * self.K)[0]
         return yhat, [scale] * self.K, value
