@@ -146,6 +146,7 @@ VARIANTS = [
     ("kotlowski1 dim=1", "kernel", "kotlowski1", {"dim": 1.0}),
     ("kotlowski1 dim=0.001 (1000/(α t))", "kernel", "kotlowski1", {"dim": 0.001}),
 ]
+MIXTURE = [("scinol-mix (its default experts)", "kernel", "scinol-mix", {})]
 BASELINES = [("VW --oaa (default updates)", "vw", [], {}), ("VW --oaa --coin", "vw", ["--coin"], {})]
 CENTRED = VARIANTS[:4] + VARIANTS[6:7]
 
@@ -242,7 +243,7 @@ def main(argv=None) -> int:
     for name in args.sets.split(","):
         k = load_bundled(name).n_classes
         print(f"\n{name} (ln K = {math.log(k):.3f})")
-        for label, err, loss in progressive(name, VARIANTS + baselines):
+        for label, err, loss in progressive(name, VARIANTS + MIXTURE + baselines):
             print(f"  {label:40s} error {100 * err:5.1f}%  loss {loss:.3f}")
         if args.centered:
             for label, err, loss in progressive(name, CENTRED, centered=True):
