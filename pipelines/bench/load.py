@@ -294,6 +294,18 @@ def rss_kib(pid: int) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
+def _wait_for_warm_up(started, producer, pipeline, timeout: float) -> None:
+    """Until ``started`` is set; fails at once when either process dies."""
+    deadline = time.monotonic() + timeout
+    while not started.wait(1.0):
+        if producer.exitcode is not None:
+            raise RuntimeError(f"the load producer exited with status {producer.exitcode} before the warm-up")
+        if pipeline.poll() is not None:
+            raise RuntimeError(f"scinol run exited with status {pipeline.returncode} before the warm-up")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the pipeline did not answer the warm-up events within {timeout:.0f} s")
+
+
 def memory_case(bootstrap: str, rate: float, minutes: float, every: float) -> dict:
     """``scinol run`` (unbounded, exact mode, a process of its own) fed at
     ``rate`` for ``minutes`` after a warm-up; its RSS every ``every`` s."""
@@ -303,7 +315,9 @@ def memory_case(bootstrap: str, rate: float, minutes: float, every: float) -> di
     from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 
     topic = f"bench.load.mem.{time.time_ns()}"
-    KafkaAdmin(bootstrap).ensure_topics([TopicSpec(topic, 1)])
+    # Both topics up front: the producer reads the predictions topic before
+    # the pipeline has written (and so auto-created) it.
+    KafkaAdmin(bootstrap).ensure_topics([TopicSpec(topic, 1), TopicSpec(topic + ".pred", 1)])
     ctx = multiprocessing.get_context("spawn")
     started = ctx.Event()
     pipeline = subprocess.Popen(scinol_command() + ["run", "--bootstrap", bootstrap, "--topic", topic,
@@ -313,8 +327,7 @@ def memory_case(bootstrap: str, rate: float, minutes: float, every: float) -> di
     producer.start()
     samples = []
     try:
-        if not started.wait(300):
-            raise RuntimeError("the pipeline did not answer the warm-up events within 300 s")
+        _wait_for_warm_up(started, producer, pipeline, 300)
         t0 = time.monotonic()
         while (t := time.monotonic() - t0) < minutes * 60:
             if pipeline.poll() is not None:
