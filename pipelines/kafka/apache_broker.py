@@ -27,7 +27,7 @@ import time
 import uuid
 from pathlib import Path
 
-from pipelines.kafka.broker import DEFAULT_HOST, BrokerError, _die_with_parent, _port_open, free_port
+from pipelines.kafka.broker import DEFAULT_HOST, BrokerError, _port_open, dying_with_parent, free_port
 from pipelines.provision.kafka import DEFAULT_KAFKA_VERSION, provision_kafka
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
@@ -235,8 +235,8 @@ class ApacheKafkaBroker:
         with open(self.log_path, "ab") as log:
             # Its own session (Ctrl-C in a terminal reaches us, and we stop
             # it), and SIGTERM when we die, even by SIGKILL: no leaked brokers.
-            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True, preexec_fn=_die_with_parent, cwd=self.home)
+            self.process = subprocess.Popen(dying_with_parent(cmd), stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.home)
         try:
             self._wait_until_serving(timeout, wait_for_groups)
         except BaseException:

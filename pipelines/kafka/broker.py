@@ -8,9 +8,11 @@ protocol, so everything works the same against Apache Kafka.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -72,8 +74,8 @@ class EmbeddedBroker:
         with os.fdopen(fd, "wb") as log:
             # Its own session: Ctrl-C in a terminal reaches us, and we stop it.
             # And it dies with us even when we are killed (no leaked brokers).
-            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True, preexec_fn=_die_with_parent)
+            self.process = subprocess.Popen(dying_with_parent(cmd), stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             deadline = time.monotonic() + timeout
             while self.process.poll() is None and not _port_open(self.host, self.port):
@@ -116,15 +118,14 @@ class EmbeddedBroker:
         self.stop()
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the parent dies (Linux prctl
-    PR_SET_PDEATHSIG); elsewhere nothing."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
+def dying_with_parent(argv: list[str]) -> list[str]:
+    """``argv`` run so that it gets SIGTERM when this process dies, even by
+    SIGKILL (Linux PR_SET_PDEATHSIG, set by util-linux's ``setpriv`` and kept
+    across its exec); where there is no ``setpriv``, ``argv`` as it is.
+    Not a ``preexec_fn``: Python code run in the child between fork and exec
+    of a process with threads (grpc's, librdkafka's) can crash the child."""
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    return [setpriv, "--pdeathsig", "SIGTERM", "--", *argv] if setpriv else list(argv)
 
 
 def _port_open(host: str, port: int) -> bool:

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import yaml
 
+from pipelines.kafka.broker import dying_with_parent
+
 HOST = "localhost"
 
 
@@ -245,9 +247,8 @@ class FlinkSessionCluster:
         program = str(self.flink_home / "bin" / argv[0]) if flink_bin else argv[0]
         log = open(self.dir / "log" / f"{name}.out", "ab")
         try:
-            return subprocess.Popen([program, *argv[1:]], env=env, stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                    preexec_fn=_die_with_parent)
+            return subprocess.Popen(dying_with_parent([program, *argv[1:]]), env=env, stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         finally:
             log.close()
 
@@ -314,12 +315,3 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the parent dies (Linux
-    prctl PR_SET_PDEATHSIG, kept across exec); elsewhere nothing."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
