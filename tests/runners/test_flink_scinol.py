@@ -140,12 +140,7 @@ def _failover_run(kafka, cluster, jar, topic, tmp_path, n: int, exactly_once: bo
         job = _flink_job(cluster, before)
         _wait(lambda: cluster.completed_checkpoints(job) >= 2, 180, "two completed Flink checkpoints")
         producer = _producing(bootstrap, topic, events[500:n // 2])
-        time.sleep(2.0)
-        victims = cluster.job_taskmanagers(job)
-        assert victims and producer.is_alive(), "the kill must hit the job mid-stream"
-        cluster.kill_taskmanager(victims[0])
-        cluster.add_taskmanager()
-        producer.join()
+        _kill_mid_stream(cluster, job, producer)
         restored = cluster.completed_checkpoints(job)
         _wait(lambda: cluster.completed_checkpoints(job) > restored, 240, "a checkpoint after the restart")
         producer = _producing(bootstrap, topic, events[n // 2:])
@@ -154,11 +149,8 @@ def _failover_run(kafka, cluster, jar, topic, tmp_path, n: int, exactly_once: bo
             assert producer.is_alive(), "the broker restart must come mid-stream"
             kafka.restart(down_for=3.0)
         producer.join()
-        try:
-            _wait(lambda: _model_at(cfg.checkpoint_dir, n), 300, f"the model's checkpoint at event {n}")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; {_job_story(cluster, job)}") from None
-        failures = cluster.rest(f"/jobs/{job}/exceptions").get("exceptionHistory", {}).get("entries", [])
+        failures = _failures_once(cluster, job, lambda: _model_at(cfg.checkpoint_dir, n), 300,
+                                  f"the model's checkpoint at event {n}")
     finally:
         result.cancel()
     assert failures, "Flink saw no failure: the TaskManager kill did not reach the job"
@@ -211,18 +203,10 @@ def test_sharded_mode_survives_a_killed_taskmanager_without_losing_or_doubling_a
         _wait(lambda: len(predictions_of(bootstrap, cfg.predictions_topic)) >= 8, 240, "the first predictions")
         _wait(lambda: cluster.completed_checkpoints(job) >= 2, 180, "two completed Flink checkpoints")
         producer = _producing(bootstrap, topic_name, events[8:20], rate=2)
-        time.sleep(2.0)
-        victims = cluster.job_taskmanagers(job)
-        assert victims and producer.is_alive(), "the kill must hit the job mid-stream"
-        cluster.kill_taskmanager(victims[0])
-        cluster.add_taskmanager()
-        producer.join()
+        _kill_mid_stream(cluster, job, producer)
         produce_events(bootstrap, topic_name, events[20:], progress=False)
-        try:
-            _wait(lambda: _cut_at(cfg.checkpoint_dir, n), 420, f"the checkpoint cut at event {n}")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; {_job_story(cluster, job)}") from None
-        failures = cluster.rest(f"/jobs/{job}/exceptions").get("exceptionHistory", {}).get("entries", [])
+        failures = _failures_once(cluster, job, lambda: _cut_at(cfg.checkpoint_dir, n), 420,
+                                  f"the checkpoint cut at event {n}")
     finally:
         result.cancel()
     assert failures, "Flink saw no failure: the TaskManager kill did not reach the job"
@@ -240,6 +224,26 @@ def test_sharded_mode_survives_a_killed_taskmanager_without_losing_or_doubling_a
 def _cut_at(ckpt_dir: str, n: int) -> bool:
     cut = CutStore(ckpt_dir).latest("default", 2)
     return cut is not None and cut.seq == n
+
+
+def _kill_mid_stream(cluster, job: str, producer: threading.Thread) -> None:
+    """kill -9 a TaskManager running ``job`` while ``producer`` still
+    produces; a new TaskManager takes its slot."""
+    time.sleep(2.0)
+    victims = cluster.job_taskmanagers(job)
+    assert victims and producer.is_alive(), "the kill must hit the job mid-stream"
+    cluster.kill_taskmanager(victims[0])
+    cluster.add_taskmanager()
+    producer.join()
+
+
+def _failures_once(cluster, job: str, done, timeout: float, what: str) -> list:
+    """Flink's recorded failures of ``job``, once ``done()`` (else the job's story)."""
+    try:
+        _wait(done, timeout, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {_job_story(cluster, job)}") from None
+    return cluster.rest(f"/jobs/{job}/exceptions").get("exceptionHistory", {}).get("entries", [])
 
 
 def _job_story(cluster, job: str) -> str:
