@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import pickle
 import random
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -361,7 +361,31 @@ def pickle_sharing(value, shared: dict[str, Any]) -> bytes:
     return out.getvalue()
 
 
-def unpickle_sharing(data: bytes, shared: dict[str, Any]):
-    unpickler = pickle.Unpickler(io.BytesIO(data))
-    unpickler.persistent_load = shared.__getitem__
-    return unpickler.load()
+# What NumPy arrays, dtypes and scalars pickle as (NumPy 2 and 1 module names).
+_NUMPY_GLOBALS = {(m, n) for base in ("numpy._core", "numpy.core")
+                  for m, n in ((f"{base}.numeric", "_frombuffer"), (f"{base}.multiarray", "_reconstruct"),
+                               (f"{base}.multiarray", "scalar"))} | {("numpy", "dtype"), ("numpy", "ndarray")}
+
+
+class _AllowedOnly(pickle.Unpickler):
+    """Loads only the classes it is given, NumPy arrays and deques: a pickle
+    that names any other global (``os.system``, ``builtins.eval``...) is
+    refused, so state bytes cannot run code (the restricted unpickling of
+    the ``pickle`` module's documentation)."""
+
+    def __init__(self, data: bytes, shared: dict[str, Any], allowed: Iterable[type]):
+        super().__init__(io.BytesIO(data))
+        self.allowed = _NUMPY_GLOBALS | {("collections", "deque")} | {(c.__module__, c.__qualname__)
+                                                                     for c in allowed}
+        self.persistent_load = shared.__getitem__
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self.allowed:
+            raise pickle.UnpicklingError(f"state bytes name {module}.{name}, which is not one of the classes "
+                                         f"this state is made of: refused")
+        return super().find_class(module, name)
+
+
+def unpickle_sharing(data: bytes, shared: dict[str, Any], allowed: Iterable[type]):
+    """What :func:`pickle_sharing` wrote, made only of ``allowed`` classes (and arrays)."""
+    return _AllowedOnly(data, shared, allowed).load()

@@ -46,7 +46,8 @@ from learners.losses import losses_of
 from pipelines.records.dead_letters import dead_letter
 from pipelines.records.events import event_rows, learner_rows
 from pipelines.kafka.consumer import KafkaMessage, StopRule
-from pipelines.records.labels import Matched, PendingStore, Source, Waiting
+from pipelines.records.columnar import ColumnarEvent, EventColumns, LabelledEvent
+from pipelines.records.labels import EarlyLabel, Matched, PendingStore, Source, Waiting
 from pipelines.records.predictions import (ProgressiveMetrics, labelled_prediction, millis, prediction_key,
                                            prediction_record, readings)
 
@@ -514,6 +515,18 @@ class Combiner:
                         np.empty(0, dtype=np.int64), np.empty(0), 1.0, Source(*done[i][6][:3],
                                                                             getattr(done[i][6], "key", None)))
         return out
+
+
+def state_classes() -> tuple[type, ...]:
+    """Every class a Router, ShardRunner or Combiner is made of: what their
+    state bytes may name when read back (pipelines.steps.unpickle_sharing)."""
+    from collections import OrderedDict
+
+    from pipelines.steps import Position
+
+    return (Router, ShardRunner, Combiner, Cadence, Flight, Slice, Partial, LateHead, Combined, Shard, LearnerState,
+            ProgressiveMetrics, PendingStore, Waiting, EarlyLabel, Matched, Source, KafkaMessage, Position,
+            ColumnarEvent, LabelledEvent, EventColumns, OrderedDict)
 
 
 class FeedbackWatch(StopRule):

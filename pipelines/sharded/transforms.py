@@ -46,7 +46,7 @@ from pipelines.steps import (NAMESPACE, DecodeEvents, KeptCoder, KeptObjects, La
                              unpickle_sharing)
 from schemas.codec import DecodeError
 
-from .protocol import Combiner, Partial, Router, ShardRunner, label_partition
+from .protocol import Combiner, Partial, Router, ShardRunner, label_partition, state_classes
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class _Sharded:
             return self.kept.live.get(key)
         value, stored = self.kept.get(key, saved, generation)
         if value is None and stored is not None:
-            value = unpickle_sharing(stored, self.shared)
+            value = unpickle_sharing(stored, self.shared, state_classes())
             self._restored(key, value)
             self.kept.set(key, value)
         return value

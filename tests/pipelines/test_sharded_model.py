@@ -167,6 +167,7 @@ def test_a_loop_kept_as_bytes_mid_stream_carries_on_as_the_uninterrupted_one(sta
     feedback undelivered, then read back beside a learner made afresh (its
     compiled algorithm and hasher are not pickled), carry on bit for bit
     like the loop that was never stopped."""
+    from pipelines.sharded.protocol import state_classes
     from pipelines.steps import pickle_sharing, unpickle_sharing
 
     _, _, items = stream(300)
@@ -182,7 +183,7 @@ def test_a_loop_kept_as_bytes_mid_stream_carries_on_as_the_uninterrupted_one(sta
     assert before.feedback_queue and any(s.in_flight for s in before.shards)
     data = pickle_sharing(before, {"algorithm": first.algorithm, "hasher": first.hasher})
     again = make_learner("scinol2", "logistic")
-    after = unpickle_sharing(data, {"algorithm": again.algorithm, "hasher": again.hasher})
+    after = unpickle_sharing(data, {"algorithm": again.algorithm, "hasher": again.hasher}, (*state_classes(), Loop))
     assert after.shards[0].algorithm is again.algorithm and after.router.hasher is again.hasher
     for shard in after.shards:
         shard.restart_clocks()
@@ -193,3 +194,20 @@ def test_a_loop_kept_as_bytes_mid_stream_carries_on_as_the_uninterrupted_one(sta
     for a, b in zip(after.shards, whole.shards):
         for name, arr in b.shard.state.arrays.items():
             np.testing.assert_array_equal(a.shard.state.arrays[name], arr)
+
+
+def test_state_bytes_that_name_any_other_global_are_refused():
+    """Sharded state is read back by a restricted unpickler: bytes crafted to
+    call something (here os.system) are refused before anything runs."""
+    import os
+    import pickle as stdlib_pickle
+
+    from pipelines.sharded.protocol import state_classes
+    from pipelines.steps import unpickle_sharing
+
+    class Evil:
+        def __reduce__(self):
+            return os.system, ("echo pwned",)
+
+    with pytest.raises(stdlib_pickle.UnpicklingError, match="posix.system|os.system"):
+        unpickle_sharing(stdlib_pickle.dumps(Evil()), {}, state_classes())
