@@ -99,6 +99,8 @@ AVG_COORD_FIELDS = ("last_t", "last_H", "last_C")
 L0 = 2  # glob[L0 + i] is expert i's cumulative weighted loss
 H, C = L0 + N_BASES + 1, L0 + N_BASES + 2  # glob[H] = Σ_{s≤t} 1/s (KT's w ∝ 1/s), glob[C] = Σ 1/(s d_s)
 A0, LAST = 15, 7  # P[j, k, A0 + b]: base b's sum; Q[j, LAST + 0, 1, 2]: last t, H, C
+P_LO, P_HI = (0, 9, 12, 14, 6, 3), (3, 12, 14, 15, 9, 6)  # base b's fields: P[j, k, P_LO[b]:P_HI[b]]
+Q_COL = (0, 0, 0, 1, 2, 0)  # and its column of Q[j]: M (both ScInOLs, the wide one), -, s² (Kotłowski), M_c
 DEAD = 1e300  # L_i of an expert whose loss was ∞ or NaN: weight 0 from then on
 PARAMS = {"eps": 1.0, "alpha": 1.5, "wealth": 1.0, "kt": 0.0, "scinol1": 0.0, "kotlowski1": 0.0, "average": 0.0,
           "center": 1.0, "wide": 1.0}
@@ -367,15 +369,23 @@ def _rate(b, kprm, glob):
     return glob[C]
 
 
-@inline
+@no_refcount
 def _coef(b, prm, kprm, glob, Pb, Qb, j, k):
     """The part of base b's offline weight (x → 0) that changes only when
     coordinate j learns: the weight itself (ScInOL), θW (KT, w = θW/t),
-    exp(h²/(2α s²)) h/(α s²) (Kotłowski, w = that / (t d))."""
+    exp(h²/(2α s²)) h/(α s²) (Kotłowski, w = that / (t d)). Only averaging
+    uses it: compiled once, apart, so its four bases are not copied into
+    every place that averages."""
     if b == 3:
         d = kprm[1] if kprm[1] > 0.0 else max(glob[1], 1.0)
         return _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, 0.0, 1.0, False) * d
     return _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, 0.0, 1.0, False)
+
+
+@inline
+def _clock(b):
+    """Which of Q[j, LAST:LAST + 3] (last t, H, C) base b's average runs on."""
+    return 0 if b <= 1 or b >= CENTRED else b - 1
 
 
 @inline
@@ -384,7 +394,7 @@ def _averaged_of(b, prm, kprm, glob, P, Q, Pb, Qb, j, k):
     the current weight over the trials since (online-to-batch conversion)."""
     if glob[0] == 0.0:
         return 0.0
-    since = _rate(b, kprm, glob) - Q[j, LAST + (0 if b <= 1 or b >= CENTRED else b - 1)]
+    since = _rate(b, kprm, glob) - Q[j, LAST + _clock(b)]
     return (P[j, k, A0 + b] + _coef(b, prm, kprm, glob, Pb, Qb, j, k) * since) / glob[0]
 
 
@@ -392,19 +402,12 @@ def _averaged_of(b, prm, kprm, glob, P, Q, Pb, Qb, j, k):
 def _average_coord(prm, kprm, glob, P, Q, j, on, n_out):
     """Before coordinate j learns: its current weights have been in force
     since its last update; add them to the sums and mark the trial."""
-    views = (P[:, :, 0:3], P[:, :, 9:12], P[:, :, 12:14], P[:, :, 14:15], P[:, :, 6:9], P[:, :, 3:6])
-    for k in range(n_out):
-        P[j, k, A0] += _coef(0, prm, kprm, glob, views[0], Q, j, k) * (glob[0] - Q[j, LAST])
-        if on[1]:
-            P[j, k, A0 + 1] += _coef(1, prm, kprm, glob, views[1], Q, j, k) * (glob[0] - Q[j, LAST])
-        if on[2]:
-            P[j, k, A0 + 2] += _coef(2, prm, kprm, glob, views[2], Q, j, k) * (glob[H] - Q[j, LAST + 1])
-        if on[3]:
-            P[j, k, A0 + 3] += _coef(3, prm, kprm, glob, views[3], Q[:, 1:2], j, k) * (glob[C] - Q[j, LAST + 2])
-        if on[4]:
-            P[j, k, A0 + 4] += _coef(4, prm, kprm, glob, views[4], Q[:, 2:3], j, k) * (glob[0] - Q[j, LAST])
-        if on[5]:
-            P[j, k, A0 + 5] += _coef(5, prm, kprm, glob, views[5], Q, j, k) * (glob[0] - Q[j, LAST])
+    for b in range(N_BASES):
+        if on[b]:
+            Pb, Qb = P[:, :, P_LO[b]:P_HI[b]], Q[:, Q_COL[b]:Q_COL[b] + 1]
+            since = _rate(b, kprm, glob) - Q[j, LAST + _clock(b)]
+            for k in range(n_out):
+                P[j, k, A0 + b] += _coef(b, prm, kprm, glob, Pb, Qb, j, k) * since
     Q[j, LAST] = glob[0]
     Q[j, LAST + 1] = glob[H]
     Q[j, LAST + 2] = glob[C]
@@ -468,15 +471,17 @@ def _pair_update(prm, Pr, Pw, Q, indices, data, start, end, dense, bias, t, Fr, 
             _sc_update(SCINOL2, prm, Pw, Q, j, x, t, Fw, Ww, p - start + bias, n_out)
 
 
-@inline
-def _score_pass(b, prm, kprm, glob, P, Q, Pb, Qb, indices, data, start, end, dense, bias, t, learning, averaged, Wb,
-                yb, n_out):
-    """Base b's scores over the row: one base per pass, each with a scalar
+@no_refcount
+def _base_scores(b, prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, t, learning, averaged, Wb, yb,
+                 n_out):
+    """Base b's scores over the row, one base per pass with a scalar
     accumulator, as the standalone kernels run (one loop calling all four
-    bases per coordinate ran at twice the sum of the four kernels' times)."""
-    if not averaged and (b == 0 or b >= CENTRED):
-        _scinol2_scores(prm, Q, Pb, Qb, indices, data, start, end, dense, bias, t, b == CENTRED, Wb, yb, b, n_out)
-        return
+    bases per coordinate ran at twice the sum of the four kernels' times).
+    For the bases off the default path (ScInOL1, KT, Kotłowski) and for
+    averaged scores: compiled once, apart, with b known at run time.
+    Inlined at each call site, its four-way dispatch made numba's inliner
+    copy every base into every site, and a cold compile took minutes."""
+    Pb, Qb = P[:, :, P_LO[b]:P_HI[b]], Q[:, Q_COL[b]:Q_COL[b] + 1]
     for k in range(n_out):
         acc = 0.0
         if bias:
@@ -502,27 +507,31 @@ def _score_pass(b, prm, kprm, glob, P, Q, Pb, Qb, indices, data, start, end, den
 
 
 @inline
-def _update_pass(b, prm, glob, Pb, Qb, Q, indices, data, start, end, dense, bias, t, Fb, Wb, n_out):
-    if b == 0 or b >= CENTRED:  # ScInOL2 alone in the loop, as in its own kernel
-        if bias:
-            _sc_update(SCINOL2, prm, Pb, Qb, 0, 1.0, t, Fb, Wb, 0, n_out)
-        for p in range(start, end):
-            x = data[p]
-            if x != 0.0:
-                j = (p - start if dense else indices[p]) + bias
-                if b == CENTRED:
-                    x = centred(Q, j, x)
-                _sc_update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, p - start + bias, n_out)
-        return
+def _scinol2_update(prm, Pb, Qb, Q, indices, data, start, end, dense, bias, t, centre, Fb, Wb, n_out):
+    """ScInOL2 (raw or centred) learns, alone in the loop, as in its own kernel."""
+    if bias:
+        _sc_update(SCINOL2, prm, Pb, Qb, 0, 1.0, t, Fb, Wb, 0, n_out)
+    for p in range(start, end):
+        x = data[p]
+        if x != 0.0:
+            j = (p - start if dense else indices[p]) + bias
+            if centre:  # with the μ it predicted with
+                x = centred(Q, j, x)
+            _sc_update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, p - start + bias, n_out)
+
+
+@no_refcount
+def _base_update(b, prm, glob, P, Q, indices, data, start, end, dense, bias, t, Fb, Wb, n_out):
+    """Base b (ScInOL1, KT or Kotłowski) learns: compiled apart, as
+    :func:`_base_scores`."""
+    Pb, Qb = P[:, :, P_LO[b]:P_HI[b]], Q[:, Q_COL[b]:Q_COL[b] + 1]
     if bias:
         _update_of(b, prm, glob, Pb, Qb, 0, 1.0, t, Fb, Wb, 0, n_out)
     for p in range(start, end):
         x = data[p]
         if x != 0.0:
-            j = _col(indices, p, start, dense) + bias
-            if b == CENTRED:  # with the μ it predicted with
-                x = centred(Q, j, x)
-            _update_of(b, prm, glob, Pb, Qb, j, x, t, Fb, Wb, p - start + bias, n_out)
+            _update_of(b, prm, glob, Pb, Qb, _col(indices, p, start, dense) + bias, x, t, Fb, Wb, p - start + bias,
+                       n_out)
 
 
 @inline
@@ -541,12 +550,12 @@ def _gather(P, Q, indices, start, end, bias, ex):
 
 @inline
 def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning, on, yb, ex, W, n_out):
-    # average=1: unlabelled rows (test time) are scored with the averaged
-    # iterates; labelled rows, hence the progressive metrics, stay online.
-    averaged = prm[6] != 0.0 and not learning
     """The bases' scores for one row; W[b, slot] their weights. (n_out is
     P.shape[1], passed so a single-output caller makes it a constant: the
-    loops over k then fold away, several times faster.)"""
+    loops over k then fold away, several times faster.) With average=1,
+    unlabelled rows (test time) are scored with the averaged iterates;
+    labelled rows, hence the progressive metrics, stay online."""
+    averaged = prm[6] != 0.0 and not learning
     t = glob[0] + 1.0
     QK = Q[:, 1:2]
     if not dense:
@@ -554,30 +563,25 @@ def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning
     for b in range(N_BASES):
         if not on[b]:
             yb[b, :] = 0.0
-    if on[WIDE] and not averaged:
-        _pair_scores(prm, Q, P[:, :, 0:3], P[:, :, 3:6], indices, data, start, end, dense, bias, t, W[0], W[WIDE],
-                     yb, n_out)
+    if averaged:
+        for b in range(N_BASES):
+            if on[b]:
+                _base_scores(b, prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, t, learning, True, W[b],
+                             yb, n_out)
     else:
-        _score_pass(0, prm, kprm, glob, P, Q, P[:, :, 0:3], Q, indices, data, start, end, dense, bias, t, learning,
-                    averaged, W[0], yb, n_out)
         if on[WIDE]:
-            _score_pass(WIDE, prm, kprm, glob, P, Q, P[:, :, 3:6], Q, indices, data, start, end, dense, bias, t,
-                        learning, averaged, W[WIDE], yb, n_out)
-    if on[1]:
-        _score_pass(1, prm, kprm, glob, P, Q, P[:, :, 9:12], Q, indices, data, start, end, dense, bias, t, learning,
-                    averaged, W[1],
-                    yb, n_out)
-    if on[2]:
-        _score_pass(2, prm, kprm, glob, P, Q, P[:, :, 12:14], Q, indices, data, start, end, dense, bias, t, learning,
-                    averaged, W[2],
-                    yb, n_out)
-    if on[3]:
-        _score_pass(3, prm, kprm, glob, P, Q, P[:, :, 14:15], QK, indices, data, start, end, dense, bias, t, learning,
-                    averaged, W[3],
-                    yb, n_out)
-    if on[4]:
-        _score_pass(4, prm, kprm, glob, P, Q, P[:, :, 6:9], Q[:, 2:3], indices, data, start, end, dense, bias, t,
-                    learning, averaged, W[4], yb, n_out)
+            _pair_scores(prm, Q, P[:, :, 0:3], P[:, :, 3:6], indices, data, start, end, dense, bias, t, W[0],
+                         W[WIDE], yb, n_out)
+        else:
+            _scinol2_scores(prm, Q, P[:, :, 0:3], Q, indices, data, start, end, dense, bias, t, False, W[0], yb, 0,
+                            n_out)
+        for b in range(1, CENTRED):  # ScInOL1, KT, Kotłowski
+            if on[b]:
+                _base_scores(b, prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, t, learning, False,
+                             W[b], yb, n_out)
+        if on[CENTRED]:
+            _scinol2_scores(prm, Q, P[:, :, 6:9], Q[:, 2:3], indices, data, start, end, dense, bias, t, True,
+                            W[CENTRED], yb, CENTRED, n_out)
     ex[1] = 0.0  # Kotłowski's count of coordinates never seen before (only Kotłowski reads it)
     if not on[3]:
         return
@@ -604,17 +608,13 @@ def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n
         _pair_update(prm, P[:, :, 0:3], P[:, :, 3:6], Q, indices, data, start, end, dense, bias, t, fb[0],
                      fb[WIDE], W[0], W[WIDE], n_out)
     else:
-        _update_pass(0, prm, glob, P[:, :, 0:3], Q, Q, indices, data, start, end, dense, bias, t, fb[0], W[0], n_out)
-    if on[1]:
-        _update_pass(1, prm, glob, P[:, :, 9:12], Q, Q, indices, data, start, end, dense, bias, t, fb[1], W[1], n_out)
-    if on[2]:
-        _update_pass(2, prm, glob, P[:, :, 12:14], Q, Q, indices, data, start, end, dense, bias, t, fb[2], W[2], n_out)
-    if on[3]:
-        _update_pass(3, prm, glob, P[:, :, 14:15], Q[:, 1:2], Q, indices, data, start, end, dense, bias, t, fb[3],
-                     W[3], n_out)
-    if on[4]:
-        _update_pass(4, prm, glob, P[:, :, 6:9], Q[:, 2:3], Q, indices, data, start, end, dense, bias, t, fb[4],
-                     W[4], n_out)
+        _scinol2_update(prm, P[:, :, 0:3], Q, Q, indices, data, start, end, dense, bias, t, False, fb[0], W[0], n_out)
+    for b in range(1, CENTRED):  # ScInOL1, KT, Kotłowski
+        if on[b]:
+            _base_update(b, prm, glob, P, Q, indices, data, start, end, dense, bias, t, fb[b], W[b], n_out)
+    if on[CENTRED]:
+        _scinol2_update(prm, P[:, :, 6:9], Q[:, 2:3], Q, indices, data, start, end, dense, bias, t, True,
+                        fb[CENTRED], W[CENTRED], n_out)
         _learn_means(prm, P, Q, indices, data, start, end, dense, bias, h)
 
 
