@@ -348,9 +348,9 @@ def _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, x, t, learning):
 
 @inline
 def _update_of(b, prm, glob, Pb, Qb, j, x, t, Fb, Wb, slot, n_out):
-    if b == 0 or b >= CENTRED:
-        _sc_update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)
-    elif b == 1:
+    """ScInOL1 (b = 1), KT (2) or Kotłowski (3) learns; the ScInOL2 bases
+    learn in :func:`_scinol2_update` and :func:`_pair_update`."""
+    if b == 1:
         _sc_update(SCINOL1, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)  # M already max'd: the same M²
     elif b == 2:
         _kt_update(KT_COORD, glob, Pb, j, x, Fb, Wb, slot, n_out)
