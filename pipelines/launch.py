@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
 from typing import NamedTuple
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import FlinkRunnerOptions, GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from pipelines.config import RunConfig
 from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.kafka.transactions import TransactionalOutput
+from pipelines.runners import flink_rest
 from pipelines.state.resume import ResumePoint, check_resume, resume_exact, resume_sharded, source_of, supersede
 from pipelines.steps import NAMESPACE
 
@@ -107,10 +109,18 @@ def build(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint) -> None:
         build_exact(p, cfg, point)
 
 
-def run(cfg: RunConfig):
-    """Run the pipeline to its end; the runner's result."""
+def run(cfg: RunConfig, say=log.warning):
+    """Run the pipeline to its end; the runner's result. Interrupted (Ctrl-C,
+    SIGTERM), a job on a Flink session cluster is cancelled there first
+    (``say`` tells which)."""
     result = start(cfg)
-    result.wait_until_finish()
+    try:
+        result.wait_until_finish()
+    except KeyboardInterrupt:
+        if isinstance(result, SessionJob):
+            for job_id in result.cancel_on_cluster():
+                say(f"cancelled Flink job {job_id} ({result.job_name}) on {result.master}")
+        raise
     return result
 
 
@@ -128,9 +138,50 @@ def start(cfg: RunConfig):
         output_schemas(cfg)
     cfg, point = prepare_resume(cfg, admin)
     options, runner = pipeline_options(cfg)
+    master = session_master(options)
+    if master is not None:
+        cloud = options.view_as(GoogleCloudOptions)
+        cloud.job_name = cloud.job_name or f"scinol-{cfg.topic}-{uuid.uuid4().hex[:8]}"
     p = beam.Pipeline(runner=runner, options=options)
     build(p, cfg, point)
-    return p.run()
+    result = p.run()
+    return result if master is None else SessionJob(result, master, options.view_as(GoogleCloudOptions).job_name)
+
+
+def session_master(options: PipelineOptions) -> str | None:
+    """The REST address (``host:port``) of the Flink session cluster the
+    options run on; None for any other runner or an embedded Flink."""
+    if "flink" not in (options.view_as(StandardOptions).runner or "").lower():
+        return None
+    master = options.view_as(FlinkRunnerOptions).flink_master
+    return None if master.startswith("[") else master.removeprefix("http://")
+
+
+class SessionJob:
+    """Beam's result for a job on a Flink session cluster, whose ``cancel``
+    also cancels the Flink job (by its unique ``--job_name``). Beam's own
+    cancel goes to its job server, which stops watching the job but leaves
+    it running on the cluster, holding its task slots
+    (:mod:`pipelines.runners.flink_rest`)."""
+
+    def __init__(self, result, master: str, job_name: str):
+        self.result, self.master, self.job_name = result, master, job_name
+
+    def cancel_on_cluster(self, timeout: float = 60.0) -> list[str]:
+        """Cancel the job's Flink jobs that have not ended, and wait for them
+        to end (before the job server and a LOOPBACK harness go away: tasks
+        cancel cleanly only while their SDK harness answers). Their ids."""
+        found = flink_rest.live_jobs_named(self.master, self.job_name)
+        for job_id in found:
+            flink_rest.cancel_job(self.master, job_id, timeout)
+        return found
+
+    def cancel(self):
+        self.cancel_on_cluster()
+        return self.result.cancel()
+
+    def __getattr__(self, name):
+        return getattr(self.result, name)
 
 
 class RunSummary(NamedTuple):

@@ -195,7 +195,7 @@ def launch(cfg) -> int:
     beam_log = logging.getLogger("apache_beam.runners.common")
     beam_log.addFilter(_not_a_dead_letter_stop)
     try:
-        result = run_pipeline(cfg)
+        result = run_pipeline(cfg, say=lambda line: print(f"scinol run: {line}", file=sys.stderr))
     except Exception as exc:  # noqa: BLE001 - Beam re-raises a step's error wrapped in its own
         if "DeadLetterRatioExceeded" not in f"{type(exc).__name__} {exc}":
             raise

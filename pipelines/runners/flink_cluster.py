@@ -17,7 +17,6 @@ behind; :meth:`FlinkSessionCluster.stop` ends them in order.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -26,12 +25,12 @@ import subprocess
 import tempfile
 import time
 import urllib.error
-import urllib.request
 from pathlib import Path
 
 import yaml
 
 from pipelines.kafka.broker import dying_with_parent
+from pipelines.runners import flink_rest
 
 HOST = "localhost"
 
@@ -188,12 +187,15 @@ class FlinkSessionCluster:
         return self.rest("/taskmanagers")["taskmanagers"]
 
     def rest(self, path: str, timeout: float = 5.0):
-        with urllib.request.urlopen(self.rest_url + path, timeout=timeout) as resp:
-            return json.load(resp)
+        return flink_rest.rest(self.master, path, timeout=timeout)
+
+    def cancel_job(self, job_id: str, timeout: float = 60.0) -> None:
+        """Cancel job ``job_id`` and wait until it has ended (:func:`flink_rest.cancel_job`)."""
+        flink_rest.cancel_job(self.master, job_id, timeout)
 
     def jobs(self) -> list[dict]:
         """``GET /jobs/overview``: each job's id, name, state, start/end time."""
-        return self.rest("/jobs/overview")["jobs"]
+        return flink_rest.jobs(self.master)
 
     def _start_taskmanager(self) -> str:
         resource_id = f"scinol-tm-{self._next_tm}"

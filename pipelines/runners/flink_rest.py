@@ -1,0 +1,45 @@
+"""A Flink cluster's REST API, as much of it as the project uses: jobs,
+their state, and cancelling one (Flink's "REST API" documentation:
+``GET /jobs/overview``, ``GET /jobs/<id>``, ``PATCH /jobs/<id>?mode=cancel``).
+
+Cancelling a Beam pipeline result on a Flink *session* cluster goes to
+Beam's job server, which stops waiting for the job but does not cancel it
+there: the job keeps running and keeps its task slots. So whoever started
+the job cancels it here, by the job's name (Beam's ``--job_name``)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+ENDED = ("CANCELED", "FINISHED", "FAILED")
+
+
+def rest(master: str, path: str, method: str = "GET", timeout: float = 5.0):
+    """The JSON answer of the cluster at ``master`` (``host:port``) to ``method path``."""
+    request = urllib.request.Request(f"http://{master}{path}", method=method)
+    with urllib.request.urlopen(request, timeout=timeout) as resp:
+        body = resp.read()
+    return json.loads(body) if body else {}
+
+
+def jobs(master: str) -> list[dict]:
+    """Each job's id (``jid``), name, state, start and end time."""
+    return rest(master, "/jobs/overview")["jobs"]
+
+
+def live_jobs_named(master: str, name: str) -> list[str]:
+    """The ids of the jobs called ``name`` that have not ended."""
+    return [job["jid"] for job in jobs(master) if job["name"] == name and job["state"] not in ENDED]
+
+
+def cancel_job(master: str, job_id: str, timeout: float = 60.0) -> None:
+    """Cancel job ``job_id`` and wait until it has ended (TimeoutError if not in ``timeout`` s)."""
+    rest(master, f"/jobs/{job_id}?mode=cancel", method="PATCH")
+    deadline = time.monotonic() + timeout
+    while rest(master, f"/jobs/{job_id}")["state"] not in ENDED:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Flink job {job_id} on {master} did not end within {timeout:.0f} s of its "
+                               f"cancellation")
+        time.sleep(0.5)
