@@ -400,33 +400,67 @@ def _average_coord(prm, kprm, glob, P, Q, j, on, n_out):
 
 
 @inline
+def _m2(Q, j, c, x):
+    """M_t² = max(M, |x|)², M = Q[j, c], as math_scinol's weight takes it."""
+    ax = abs(x)
+    m = Q[j, c] if Q[j, c] > ax else ax
+    return m * m
+
+
+@inline
+def _s2_weight(P, o, j, k, m2):
+    """math_scinol's ScInOL2 weight, on the fields P[j, k, o:o + 3]: the
+    three default experts then index one row of P, with one address (as
+    slices of P, each its own pointer and strides spilled LLVM's registers)."""
+    s2 = P[j, k, o + 1] + m2
+    if s2 == 0.0:
+        return 0.0
+    inv = 1.0 / math.sqrt(s2)
+    theta = P[j, k, o] * inv
+    clipped = theta if abs(theta) <= 1.0 else math.copysign(1.0, theta)
+    return clipped * P[j, k, o + 2] * 0.5 * inv
+
+
+@inline
+def _s2_update(P, o, j, x, fb, W, slot, n_out):
+    """math_scinol's ScInOL2 update of P[j, :, o:o + 3] (M apart)."""
+    for k in range(n_out):
+        gx = fb[k] * x
+        P[j, k, o + 2] -= gx * W[slot, k]
+        P[j, k, o] -= gx
+        P[j, k, o + 1] += gx * gx
+
+
+@inline
 def _scinol2s_scores(prm, P, Q, indices, data, start, end, dense, bias, t, wide, centre, W, yb, n_out):
     """ScInOL2, and the wide and the centred ScInOL2 if on, in one loop:
     x, j and the coordinate's state read once, up to three independent
     chains per coordinate, which the core overlaps (separate passes cost
-    each its own loop). The flags are per row, so their branches predict."""
-    Pr, Pw, Pc, Qc = P[:, :, 0:3], P[:, :, 3:6], P[:, :, 6:9], Q[:, 2:3]
+    each its own loop); the raw and the wide one share M. The flags are per
+    row, so their branches predict."""
     for k in range(n_out):
         acc, acc_w, acc_c = 0.0, 0.0, 0.0
         if bias:  # the bias is not centred
-            acc = W[0, 0, k] = _sc_weight(SCINOL2, prm, Pr, Q, 0, k, 1.0, t)
+            m2 = _m2(Q, 0, 0, 1.0)
+            acc = W[0, 0, k] = _s2_weight(P, 0, 0, k, m2)
             if wide:
-                acc_w = W[WIDE, 0, k] = _sc_weight(SCINOL2, prm, Pw, Q, 0, k, 1.0, t)
+                acc_w = W[WIDE, 0, k] = _s2_weight(P, 3, 0, k, m2)
             if centre:
-                acc_c = W[CENTRED, 0, k] = _sc_weight(SCINOL2, prm, Pc, Qc, 0, k, 1.0, t)
+                acc_c = W[CENTRED, 0, k] = _s2_weight(P, 6, 0, k, _m2(Q, 0, 2, 1.0))
         for p in range(start, end):
             x = data[p]
             if x != 0.0:
                 j = (p - start if dense else indices[p]) + bias
                 slot = p - start + bias
-                w = W[0, slot, k] = _sc_weight(SCINOL2, prm, Pr, Q, j, k, x, t)
+                m2 = _m2(Q, j, 0, x)
+                w = W[0, slot, k] = _s2_weight(P, 0, j, k, m2)
                 acc += x * w
                 if wide:
-                    w = W[WIDE, slot, k] = _sc_weight(SCINOL2, prm, Pw, Q, j, k, x, t)
+                    w = W[WIDE, slot, k] = _s2_weight(P, 3, j, k, m2)
                     acc_w += x * w
                 if centre:
                     xc = centred(Q, j, x)
-                    w = W[CENTRED, slot, k] = _sc_weight(SCINOL2, prm, Pc, Qc, j, k, xc, t)
+                    w = W[CENTRED, slot, k] = _s2_weight(P, 6, j, k, _m2(Q, j, 2, xc))
                     acc_c += xc * w
         yb[0, k], yb[WIDE, k], yb[CENTRED, k] = acc, acc_w, acc_c
 
@@ -471,24 +505,21 @@ def _scinol2s_update(prm, P, Q, indices, data, start, end, dense, bias, t, wide,
     """:func:`_scinol2s_scores`' experts learn, in one loop; then the
     coordinate's running mean (it touches only coordinate j, whose indices
     are distinct, so the centred update still sees the μ it predicted with)."""
-    Pr, Pw, Pc, Qc = P[:, :, 0:3], P[:, :, 3:6], P[:, :, 6:9], Q[:, 2:3]
-    if bias:
-        _sc_update(SCINOL2, prm, Pr, Q, 0, 1.0, t, fb[0], W[0], 0, n_out)
-        if wide:
-            _sc_update(SCINOL2, prm, Pw, Q, 0, 1.0, t, fb[WIDE], W[WIDE], 0, n_out)
-        if centre:  # constant, so never centred; its mean tracked as a shard tracks it, a plain coordinate
-            _sc_update(SCINOL2, prm, Pc, Qc, 0, 1.0, t, fb[CENTRED], W[CENTRED], 0, n_out)
-            _learn_mean(prm, P, Q, 0, 1.0, h)
-    for p in range(start, end):
-        x = data[p]
+    for p in range(start - bias, end):  # p = start - 1: the bias
+        j = 0 if p < start else (p - start if dense else indices[p]) + bias
+        x = 1.0 if p < start else data[p]
         if x != 0.0:
-            j = (p - start if dense else indices[p]) + bias
             slot = p - start + bias
-            _sc_update(SCINOL2, prm, Pr, Q, j, x, t, fb[0], W[0], slot, n_out)
+            if abs(x) > Q[j, 0]:  # M, the raw and the wide expert's
+                Q[j, 0] = abs(x)
+            _s2_update(P, 0, j, x, fb[0], W[0], slot, n_out)
             if wide:
-                _sc_update(SCINOL2, prm, Pw, Q, j, x, t, fb[WIDE], W[WIDE], slot, n_out)
-            if centre:
-                _sc_update(SCINOL2, prm, Pc, Qc, j, centred(Q, j, x), t, fb[CENTRED], W[CENTRED], slot, n_out)
+                _s2_update(P, 3, j, x, fb[WIDE], W[WIDE], slot, n_out)
+            if centre:  # the bias is constant, so never centred; its mean tracked as a shard tracks it
+                xc = centred(Q, j, x) if p >= start else x
+                if abs(xc) > Q[j, 2]:  # M_c
+                    Q[j, 2] = abs(xc)
+                _s2_update(P, 6, j, xc, fb[CENTRED], W[CENTRED], slot, n_out)
                 _learn_mean(prm, P, Q, j, x, h)
 
 
