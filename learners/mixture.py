@@ -608,7 +608,7 @@ def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n
 
 @no_refcount
 def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, on, W, yb, fb,
-          ex, ymix, tmp, ez, n_out):
+          ex, ymix, tmp, ez, n_out=1):
     kprm = prm[1:3]
     zero_loss = math.log(2.0) if loss == LOGISTIC else math.log(n_out)
     for i in range(indptr.shape[0] - 1):
@@ -641,8 +641,8 @@ def learn_rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss,
     ymix, tmp, ez = np.empty(n_out), np.empty(n_out), np.empty(N_BASES)
     args = (prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, flags(prm),
             W, yb, fb, ex, ymix, tmp, ez)
-    if n_out == 1:  # a constant: the loops over k fold away
-        _rows(*args, 1)
+    if n_out == 1:  # n_out omitted: its default, a constant, so the loops over k fold away
+        _rows(*args)  # (a 1 passed is typed int64: one _rows for both calls, a loop per coordinate)
     else:
         _rows(*args, n_out)
 
