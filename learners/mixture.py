@@ -137,20 +137,6 @@ def centred(Q, j, x):
 
 
 @inline
-def _learn_means(prm, P, Q, indices, data, start, end, dense, bias, h):
-    """After the centred expert learned from the row: μ_j += h (x_j - μ_j) / n_j.
-    A coordinate whose value first differs from its first value starts
-    afresh, centred: what it learned uncentred (and M_c = |x|, of the size of
-    the offset) would otherwise swamp the centred values."""
-    if bias:  # constant, so never centred; tracked as a shard tracks it, a plain coordinate
-        _learn_mean(prm, P, Q, 0, 1.0, h)
-    for p in range(start, end):
-        x = data[p]
-        if x != 0.0:
-            _learn_mean(prm, P, Q, _col(indices, p, start, dense) + bias, x, h)
-
-
-@inline
 def _learn_mean(prm, P, Q, j, x, h):
     if Q[j, NW] == 0.0:
         Q[j, FIRST] = x
@@ -349,7 +335,7 @@ def _weight_of(b, prm, kprm, glob, Pb, Qb, j, k, x, t, learning):
 @inline
 def _update_of(b, prm, glob, Pb, Qb, j, x, t, Fb, Wb, slot, n_out):
     """ScInOL1 (b = 1), KT (2) or Kotłowski (3) learns; the ScInOL2 bases
-    learn in :func:`_scinol2_update` and :func:`_pair_update`."""
+    learn in :func:`_scinol2s_update`."""
     if b == 1:
         _sc_update(SCINOL1, prm, Pb, Qb, j, x, t, Fb, Wb, slot, n_out)  # M already max'd: the same M²
     elif b == 2:
@@ -414,61 +400,69 @@ def _average_coord(prm, kprm, glob, P, Q, j, on, n_out):
 
 
 @inline
-def _scinol2_scores(prm, Q, Pb, Qb, indices, data, start, end, dense, bias, t, centre, Wb, yb, b, n_out):
-    """ScInOL2's scores (raw or centred) with nothing else in the loop, as
-    in the standalone kernel (not through _weight_of's four-way dispatch)."""
-    for k in range(n_out):
-        acc = 0.0
-        if bias:
-            w = _sc_weight(SCINOL2, prm, Pb, Qb, 0, k, 1.0, t)
-            Wb[0, k] = w
-            acc += w
-        for p in range(start, end):
-            x = data[p]
-            if x != 0.0:
-                j = (p - start if dense else indices[p]) + bias
-                if centre:
-                    x = centred(Q, j, x)
-                w = _sc_weight(SCINOL2, prm, Pb, Qb, j, k, x, t)
-                Wb[p - start + bias, k] = w
-                acc += x * w
-        yb[b, k] = acc
+def _m2(Q, j, c, x):
+    """M_t² = max(M, |x|)², M = Q[j, c], as math_scinol's weight takes it."""
+    ax = abs(x)
+    m = Q[j, c] if Q[j, c] > ax else ax
+    return m * m
 
 
 @inline
-def _pair_scores(prm, Q, Pr, Pw, indices, data, start, end, dense, bias, t, Wr, Ww, yb, n_out):
-    """ScInOL2 and the wide ScInOL2 in one loop: the same x and M, read
-    once; two independent chains per coordinate, which the core overlaps
-    (about 1.5x one expert's time, where two passes take 2x)."""
+def _s2_weight(P, o, j, k, m2):
+    """math_scinol's ScInOL2 weight, on the fields P[j, k, o:o + 3]: the
+    three default experts then index one row of P, with one address (as
+    slices of P, each its own pointer and strides spilled LLVM's registers)."""
+    s2 = P[j, k, o + 1] + m2
+    if s2 == 0.0:
+        return 0.0
+    inv = 1.0 / math.sqrt(s2)
+    theta = P[j, k, o] * inv
+    clipped = theta if abs(theta) <= 1.0 else math.copysign(1.0, theta)
+    return clipped * P[j, k, o + 2] * 0.5 * inv
+
+
+@inline
+def _s2_update(P, o, j, x, fb, W, slot, n_out):
+    """math_scinol's ScInOL2 update of P[j, :, o:o + 3] (M apart)."""
     for k in range(n_out):
-        acc, acc_w = 0.0, 0.0
-        if bias:
-            w, ww = _sc_weight(SCINOL2, prm, Pr, Q, 0, k, 1.0, t), _sc_weight(SCINOL2, prm, Pw, Q, 0, k, 1.0, t)
-            Wr[0, k], Ww[0, k] = w, ww
-            acc, acc_w = acc + w, acc_w + ww
+        gx = fb[k] * x
+        P[j, k, o + 2] -= gx * W[slot, k]
+        P[j, k, o] -= gx
+        P[j, k, o + 1] += gx * gx
+
+
+@inline
+def _scinol2s_scores(prm, P, Q, indices, data, start, end, dense, bias, t, wide, centre, W, yb, n_out):
+    """ScInOL2, and the wide and the centred ScInOL2 if on, in one loop:
+    x, j and the coordinate's state read once, up to three independent
+    chains per coordinate, which the core overlaps (separate passes cost
+    each its own loop); the raw and the wide one share M. The flags are per
+    row, so their branches predict."""
+    for k in range(n_out):
+        acc, acc_w, acc_c = 0.0, 0.0, 0.0
+        if bias:  # the bias is not centred
+            m2 = _m2(Q, 0, 0, 1.0)
+            acc = W[0, 0, k] = _s2_weight(P, 0, 0, k, m2)
+            if wide:
+                acc_w = W[WIDE, 0, k] = _s2_weight(P, 3, 0, k, m2)
+            if centre:
+                acc_c = W[CENTRED, 0, k] = _s2_weight(P, 6, 0, k, _m2(Q, 0, 2, 1.0))
         for p in range(start, end):
             x = data[p]
             if x != 0.0:
                 j = (p - start if dense else indices[p]) + bias
-                w, ww = _sc_weight(SCINOL2, prm, Pr, Q, j, k, x, t), _sc_weight(SCINOL2, prm, Pw, Q, j, k, x, t)
                 slot = p - start + bias
-                Wr[slot, k], Ww[slot, k] = w, ww
-                acc, acc_w = acc + x * w, acc_w + x * ww
-        yb[0, k], yb[WIDE, k] = acc, acc_w
-
-
-@inline
-def _pair_update(prm, Pr, Pw, Q, indices, data, start, end, dense, bias, t, Fr, Fw, Wr, Ww, n_out):
-    """:func:`_pair_scores`' two experts learn, in one loop."""
-    if bias:
-        _sc_update(SCINOL2, prm, Pr, Q, 0, 1.0, t, Fr, Wr, 0, n_out)
-        _sc_update(SCINOL2, prm, Pw, Q, 0, 1.0, t, Fw, Ww, 0, n_out)
-    for p in range(start, end):
-        x = data[p]
-        if x != 0.0:
-            j = (p - start if dense else indices[p]) + bias
-            _sc_update(SCINOL2, prm, Pr, Q, j, x, t, Fr, Wr, p - start + bias, n_out)
-            _sc_update(SCINOL2, prm, Pw, Q, j, x, t, Fw, Ww, p - start + bias, n_out)
+                m2 = _m2(Q, j, 0, x)
+                w = W[0, slot, k] = _s2_weight(P, 0, j, k, m2)
+                acc += x * w
+                if wide:
+                    w = W[WIDE, slot, k] = _s2_weight(P, 3, j, k, m2)
+                    acc_w += x * w
+                if centre:
+                    xc = centred(Q, j, x)
+                    w = W[CENTRED, slot, k] = _s2_weight(P, 6, j, k, _m2(Q, j, 2, xc))
+                    acc_c += xc * w
+        yb[0, k], yb[WIDE, k], yb[CENTRED, k] = acc, acc_w, acc_c
 
 
 @no_refcount
@@ -507,17 +501,26 @@ def _base_scores(b, prm, kprm, glob, P, Q, indices, data, start, end, dense, bia
 
 
 @inline
-def _scinol2_update(prm, Pb, Qb, Q, indices, data, start, end, dense, bias, t, centre, Fb, Wb, n_out):
-    """ScInOL2 (raw or centred) learns, alone in the loop, as in its own kernel."""
-    if bias:
-        _sc_update(SCINOL2, prm, Pb, Qb, 0, 1.0, t, Fb, Wb, 0, n_out)
-    for p in range(start, end):
-        x = data[p]
+def _scinol2s_update(prm, P, Q, indices, data, start, end, dense, bias, t, wide, centre, fb, W, n_out, h):
+    """:func:`_scinol2s_scores`' experts learn, in one loop; then the
+    coordinate's running mean (it touches only coordinate j, whose indices
+    are distinct, so the centred update still sees the μ it predicted with)."""
+    for p in range(start - bias, end):  # p = start - 1: the bias
+        j = 0 if p < start else (p - start if dense else indices[p]) + bias
+        x = 1.0 if p < start else data[p]
         if x != 0.0:
-            j = (p - start if dense else indices[p]) + bias
-            if centre:  # with the μ it predicted with
-                x = centred(Q, j, x)
-            _sc_update(SCINOL2, prm, Pb, Qb, j, x, t, Fb, Wb, p - start + bias, n_out)
+            slot = p - start + bias
+            if abs(x) > Q[j, 0]:  # M, the raw and the wide expert's
+                Q[j, 0] = abs(x)
+            _s2_update(P, 0, j, x, fb[0], W[0], slot, n_out)
+            if wide:
+                _s2_update(P, 3, j, x, fb[WIDE], W[WIDE], slot, n_out)
+            if centre:  # the bias is constant, so never centred; its mean tracked as a shard tracks it
+                xc = centred(Q, j, x) if p >= start else x
+                if abs(xc) > Q[j, 2]:  # M_c
+                    Q[j, 2] = abs(xc)
+                _s2_update(P, 6, j, xc, fb[CENTRED], W[CENTRED], slot, n_out)
+                _learn_mean(prm, P, Q, j, x, h)
 
 
 @no_refcount
@@ -569,19 +572,11 @@ def _row(prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, learning
                 _base_scores(b, prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, t, learning, True, W[b],
                              yb, n_out)
     else:
-        if on[WIDE]:
-            _pair_scores(prm, Q, P[:, :, 0:3], P[:, :, 3:6], indices, data, start, end, dense, bias, t, W[0],
-                         W[WIDE], yb, n_out)
-        else:
-            _scinol2_scores(prm, Q, P[:, :, 0:3], Q, indices, data, start, end, dense, bias, t, False, W[0], yb, 0,
-                            n_out)
+        _scinol2s_scores(prm, P, Q, indices, data, start, end, dense, bias, t, on[WIDE], on[CENTRED], W, yb, n_out)
         for b in range(1, CENTRED):  # ScInOL1, KT, Kotłowski
             if on[b]:
                 _base_scores(b, prm, kprm, glob, P, Q, indices, data, start, end, dense, bias, t, learning, False,
                              W[b], yb, n_out)
-        if on[CENTRED]:
-            _scinol2_scores(prm, Q, P[:, :, 6:9], Q[:, 2:3], indices, data, start, end, dense, bias, t, True,
-                            W[CENTRED], yb, CENTRED, n_out)
     ex[1] = 0.0  # Kotłowski's count of coordinates never seen before (only Kotłowski reads it)
     if not on[3]:
         return
@@ -604,23 +599,16 @@ def _apply(prm, glob, P, Q, indices, data, start, end, dense, bias, on, fb, W, n
         for p in range(start, end):
             if data[p] != 0.0:
                 _average_coord(prm, kprm, glob, P, Q, _col(indices, p, start, dense) + bias, on, n_out)
-    if on[WIDE]:
-        _pair_update(prm, P[:, :, 0:3], P[:, :, 3:6], Q, indices, data, start, end, dense, bias, t, fb[0],
-                     fb[WIDE], W[0], W[WIDE], n_out)
-    else:
-        _scinol2_update(prm, P[:, :, 0:3], Q, Q, indices, data, start, end, dense, bias, t, False, fb[0], W[0], n_out)
+    # The others touch none of the centred expert's state, so it may learn first.
+    _scinol2s_update(prm, P, Q, indices, data, start, end, dense, bias, t, on[WIDE], on[CENTRED], fb, W, n_out, h)
     for b in range(1, CENTRED):  # ScInOL1, KT, Kotłowski
         if on[b]:
             _base_update(b, prm, glob, P, Q, indices, data, start, end, dense, bias, t, fb[b], W[b], n_out)
-    if on[CENTRED]:
-        _scinol2_update(prm, P[:, :, 6:9], Q[:, 2:3], Q, indices, data, start, end, dense, bias, t, True,
-                        fb[CENTRED], W[CENTRED], n_out)
-        _learn_means(prm, P, Q, indices, data, start, end, dense, bias, h)
 
 
 @no_refcount
 def _rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, on, W, yb, fb,
-          ex, ymix, tmp, ez, n_out):
+          ex, ymix, tmp, ez, n_out=1):
     kprm = prm[1:3]
     zero_loss = math.log(2.0) if loss == LOGISTIC else math.log(n_out)
     for i in range(indptr.shape[0] - 1):
@@ -653,8 +641,8 @@ def learn_rows(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss,
     ymix, tmp, ez = np.empty(n_out), np.empty(n_out), np.empty(N_BASES)
     args = (prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, flags(prm),
             W, yb, fb, ex, ymix, tmp, ez)
-    if n_out == 1:  # a constant: the loops over k fold away
-        _rows(*args, 1)
+    if n_out == 1:  # n_out omitted: its default, a constant, so the loops over k fold away
+        _rows(*args)  # (a 1 passed is typed int64: one _rows for both calls, a loop per coordinate)
     else:
         _rows(*args, n_out)
 
