@@ -177,8 +177,13 @@ class SessionJob:
         return found
 
     def cancel(self):
-        self.cancel_on_cluster()
-        return self.result.cancel()
+        try:
+            self.cancel_on_cluster()
+        finally:
+            # Even when the cluster did not answer: the job server and a
+            # LOOPBACK harness must not outlive the run.
+            state = self.result.cancel()
+        return state
 
     def __getattr__(self, name):
         return getattr(self.result, name)

@@ -182,12 +182,12 @@ class FlinkSessionCluster:
         self._wait_registered([resource_id], timeout)
         return self.taskmanagers[resource_id].pid
 
-    def registered_taskmanagers(self) -> list[dict]:
+    def registered_taskmanagers(self, attempts: int = 3) -> list[dict]:
         """The JobManager's view (``GET /taskmanagers``): id, slots, ..."""
-        return self.rest("/taskmanagers")["taskmanagers"]
+        return self.rest("/taskmanagers", attempts=attempts)["taskmanagers"]
 
-    def rest(self, path: str, timeout: float = 5.0):
-        return flink_rest.rest(self.master, path, timeout=timeout)
+    def rest(self, path: str, timeout: float = 15.0, attempts: int = 3):
+        return flink_rest.rest(self.master, path, timeout=timeout, attempts=attempts)
 
     def cancel_job(self, job_id: str, timeout: float = 60.0) -> None:
         """Cancel job ``job_id`` and wait until it has ended (:func:`flink_rest.cancel_job`)."""
@@ -196,6 +196,13 @@ class FlinkSessionCluster:
     def jobs(self) -> list[dict]:
         """``GET /jobs/overview``: each job's id, name, state, start/end time."""
         return flink_rest.jobs(self.master)
+
+    def cancel_live_jobs(self, timeout: float = 60.0) -> list[str]:
+        """Cancel every job that has not ended and wait for each to end; their ids."""
+        live = [job["jid"] for job in self.jobs() if job["state"] not in flink_rest.ENDED]
+        for job_id in live:
+            self.cancel_job(job_id, timeout)
+        return live
 
     def _start_taskmanager(self) -> str:
         resource_id = f"scinol-tm-{self._next_tm}"
@@ -214,7 +221,7 @@ class FlinkSessionCluster:
                                             f"{self._log_tail(name)}")
             try:
                 # Registered with all its slots (a TaskManager reports them after registering).
-                missing = set(resource_ids) - {tm["id"] for tm in self.registered_taskmanagers()
+                missing = set(resource_ids) - {tm["id"] for tm in self.registered_taskmanagers(attempts=1)
                                                if tm.get("slotsNumber", 0) >= self.slots}
             except (urllib.error.URLError, OSError, ValueError):
                 pass  # REST endpoint not up yet
@@ -283,8 +290,12 @@ class FlinkSessionCluster:
             "restart-strategy.type": "fixed-delay",
             "restart-strategy.fixed-delay.attempts": self.restart_attempts,
             "restart-strategy.fixed-delay.delay": self.restart_delay,
-            # A TaskManager killed with -9 is noticed in seconds, not Flink's default 50.
-            "heartbeat.interval": 2000, "heartbeat.timeout": 10000,
+            # A TaskManager killed with -9 is noticed in seconds, not Flink's
+            # default 50: its heartbeat RPCs fail at once (refused), and after
+            # heartbeat.rpc-failure-threshold (2) of them it is let go. The
+            # timeout only covers a live but silent process: 20 s, so a JVM
+            # starved of CPU on a busy 2-core machine is not taken for dead.
+            "heartbeat.interval": 2000, "heartbeat.timeout": 20000,
             **self.extra_conf,
         }
         (self.dir / "conf" / "config.yaml").write_text(yaml.safe_dump(conf, default_flow_style=False))

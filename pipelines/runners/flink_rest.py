@@ -10,18 +10,32 @@ the job cancels it here, by the job's name (Beam's ``--job_name``)."""
 from __future__ import annotations
 
 import json
+import socket
 import time
+import urllib.error
 import urllib.request
 
 ENDED = ("CANCELED", "FINISHED", "FAILED")
 
 
-def rest(master: str, path: str, method: str = "GET", timeout: float = 5.0):
-    """The JSON answer of the cluster at ``master`` (``host:port``) to ``method path``."""
+def rest(master: str, path: str, method: str = "GET", timeout: float = 15.0, attempts: int = 3):
+    """The JSON answer of the cluster at ``master`` (``host:port``) to ``method path``.
+
+    A JobManager busy submitting or restoring a job on a loaded machine can
+    leave a request unanswered for seconds, so a read that times out or is
+    reset is asked again (``attempts`` in all); an HTTP error answer is not."""
     request = urllib.request.Request(f"http://{master}{path}", method=method)
-    with urllib.request.urlopen(request, timeout=timeout) as resp:
-        body = resp.read()
-    return json.loads(body) if body else {}
+    for attempt in range(1, attempts + 1):
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as resp:
+                body = resp.read()
+            return json.loads(body) if body else {}
+        except urllib.error.HTTPError:
+            raise
+        except (TimeoutError, socket.timeout, ConnectionError, urllib.error.URLError):
+            if attempt == attempts:
+                raise
+            time.sleep(1.0)
 
 
 def jobs(master: str) -> list[dict]:

@@ -10,6 +10,7 @@ integration test must not pass as green in CI.
 from __future__ import annotations
 
 import os
+import warnings
 
 import pytest
 
@@ -53,3 +54,19 @@ def flink_cluster(flink_home):
 
     with FlinkSessionCluster(taskmanagers=2, flink_home=flink_home) as cluster:
         yield cluster
+
+
+@pytest.fixture(autouse=True)
+def _session_cluster_left_clean(request):
+    """After a test on the module's session cluster: no job of it left
+    running (holding slots the next test needs), and the cluster at its
+    size again, whatever the test did or where it failed."""
+    cluster = request.getfixturevalue("flink_cluster") if "flink_cluster" in request.fixturenames else None
+    yield
+    if cluster is None:
+        return
+    leftover = cluster.cancel_live_jobs()
+    if leftover:
+        warnings.warn(f"cancelled Flink jobs the test left running: {leftover}")
+    for _ in range(cluster.taskmanagers_wanted - len(cluster.taskmanager_pids())):
+        cluster.add_taskmanager()

@@ -108,10 +108,11 @@ def _flink_job(cluster, before: set, timeout: float = 180.0) -> str:
     raise AssertionError("the job did not start on the session cluster")
 
 
-def _wait(condition, timeout: float, what: str) -> None:
+def _wait(condition, timeout: float, what: str, story=lambda: "") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; {story()}")
         time.sleep(0.5)
 
 
@@ -137,7 +138,8 @@ def _failover_run(kafka, cluster, jar, topic, tmp_path, n: int, exactly_once: bo
     result = start(cfg)
     try:
         job = _flink_job(cluster, before)
-        _wait(lambda: cluster.completed_checkpoints(job) >= 2, 180, "two completed Flink checkpoints")
+        _wait(lambda: cluster.completed_checkpoints(job) >= 2, 180, "two completed Flink checkpoints",
+              lambda: _job_story(cluster, job))
         producer = _producing(bootstrap, topic, events[500:n // 2])
         time.sleep(2.0)
         victims = cluster.job_taskmanagers(job)
@@ -146,17 +148,16 @@ def _failover_run(kafka, cluster, jar, topic, tmp_path, n: int, exactly_once: bo
         cluster.add_taskmanager()
         producer.join()
         restored = cluster.completed_checkpoints(job)
-        _wait(lambda: cluster.completed_checkpoints(job) > restored, 240, "a checkpoint after the restart")
+        _wait(lambda: cluster.completed_checkpoints(job) > restored, 240, "a checkpoint after the restart",
+              lambda: _job_story(cluster, job))
         producer = _producing(bootstrap, topic, events[n // 2:])
         if broker_restart:
             time.sleep(2.0)
             assert producer.is_alive(), "the broker restart must come mid-stream"
             kafka.restart(down_for=3.0)
         producer.join()
-        try:
-            _wait(lambda: _model_at(cfg.checkpoint_dir, n), 300, f"the model's checkpoint at event {n}")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; {_job_story(cluster, job)}") from None
+        _wait(lambda: _model_at(cfg.checkpoint_dir, n), 300, f"the model's checkpoint at event {n}",
+              lambda: _job_story(cluster, job))
         failures = cluster.rest(f"/jobs/{job}/exceptions").get("exceptionHistory", {}).get("entries", [])
     finally:
         result.cancel()
@@ -188,12 +189,17 @@ def test_with_exactly_once_a_killed_taskmanager_leaves_each_prediction_written_o
 
 
 def _job_story(cluster, job: str) -> str:
-    """The job's state and its latest failures, for a failure message."""
+    """The job's state, its latest failures and checkpoints, and the
+    cluster's jobs and TaskManagers, for a failure message."""
     state = cluster.rest(f"/jobs/{job}")["state"]
     entries = cluster.rest(f"/jobs/{job}/exceptions").get("exceptionHistory", {}).get("entries", [])
     causes = [e.get("exceptionName", "") + ": " + (e.get("stacktrace", "").splitlines() or [""])[0][:300]
               for e in entries[:3]]
-    return f"job {state}, {len(entries)} failures, latest: {causes}"
+    checkpoints = cluster.rest(f"/jobs/{job}/checkpoints")["counts"]
+    others = [(j["name"], j["state"]) for j in cluster.jobs() if j["jid"] != job]
+    slots = [(tm["id"], tm.get("slotsNumber"), tm.get("freeSlots")) for tm in cluster.registered_taskmanagers()]
+    return (f"job {state}, {len(entries)} failures, latest: {causes}; checkpoints {checkpoints}; "
+            f"other jobs {others}; TaskManagers (id, slots, free) {slots}")
 
 
 def _producing(bootstrap: str, topic: str, events: list) -> threading.Thread:
