@@ -65,7 +65,7 @@ class FlinkSessionCluster:
     def __init__(self, taskmanagers: int = 2, slots: int = 1, *, flink_home: str | Path | None = None,
                  flink_version: str | None = None, checkpoint_dir: str | Path | None = None,
                  taskmanager_memory: str = "1536m", jobmanager_memory: str = "1024m", restart_attempts: int = 10,
-                 restart_delay: str = "5 s", conf: dict | None = None, startup_timeout: float = 120.0,
+                 restart_delay: str = "5 s", conf: dict | None = None, startup_timeout: float = 180.0,
                  keep_dir: bool = False, worker_pool: bool = False):
         if taskmanagers < 1 or slots < 1:
             raise ValueError(f"a cluster needs at least 1 TaskManager with 1 slot, got {taskmanagers} x {slots}")

@@ -6,6 +6,9 @@ Flink snapshots together with the Kafka source's position)."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -160,7 +163,8 @@ def _failover_run(kafka, cluster, jar, topic, tmp_path, n: int, exactly_once: bo
               lambda: _job_story(cluster, job))
         failures = cluster.rest(f"/jobs/{job}/exceptions").get("exceptionHistory", {}).get("entries", [])
     finally:
-        result.cancel()
+        result.cancel()  # on the cluster too, else the next test's job waits for its slots
+    assert cluster.rest(f"/jobs/{job}")["state"] == "CANCELED"
     assert failures, "Flink saw no failure: the TaskManager kill did not reach the job"
     final = CheckpointStore(cfg.checkpoint_dir).latest("default")
     _, learner = straight(X, y)
@@ -186,6 +190,36 @@ def test_with_exactly_once_a_killed_taskmanager_leaves_each_prediction_written_o
     assert ids == [e["id"] for e in events]  # read_committed: each once, in order
     print(f"\nFlink failures: {failures}; predictions recomputed after them and not written again: "
           f"{_counter(result, 'predictions_not_resent')}")
+
+
+def test_sigterm_to_scinol_run_cancels_its_job_on_the_session_cluster(
+        apache_kafka, topic_name, tmp_path, flink_cluster):
+    """Beam's own cancel leaves a job running on a session cluster, holding
+    its slots; ``scinol run`` stopped by SIGTERM (or Ctrl-C) cancels it there."""
+    bootstrap, cluster = apache_kafka.bootstrap, flink_cluster
+    _, _, events = toy_stream(20)
+    produce_events(bootstrap, topic_name, events, partitions=1, progress=False)
+    before = {j["jid"] for j in cluster.jobs()}
+    with open(tmp_path / "stderr", "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", bootstrap, "--topic", topic_name,
+             "--predictions-topic", topic_name + ".pred", "--checkpoint-dir", str(tmp_path / "ckpt"),
+             "--runner", "flink", "--flink-master", cluster.master],
+            stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+    try:
+        job = _flink_job(cluster, before)
+        _wait(lambda: len(predictions_of(bootstrap, topic_name + ".pred")) >= len(events), 300,
+              "the predictions", lambda: _job_story(cluster, job))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = (tmp_path / "stderr").read_text()
+    assert f"scinol run: cancelled Flink job {job}" in err and "Traceback" not in err, err[-3000:]
+    assert cluster.rest(f"/jobs/{job}")["state"] == "CANCELED"
+    assert not [j for j in cluster.jobs() if j["state"] not in ("CANCELED", "FINISHED", "FAILED")]
 
 
 def _job_story(cluster, job: str) -> str:
