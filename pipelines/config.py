@@ -144,6 +144,13 @@ class RunConfig:
                 return args[i + 1]
         return ""
 
+    def runner_restores_state(self) -> bool:
+        """Whether the runner restores keyed Beam state with the source's
+        position after a failure (Flink, Dataflow, Prism...). The DirectRunner
+        does not: its state lasts one run, which a failure ends."""
+        name = self.beam_runner().lower()
+        return not (name in ("", "direct") or name.endswith("directrunner"))
+
     @property
     def dlq_topic(self) -> str:
         return self.dead_letter_topic or f"{self.topic}.dlq"

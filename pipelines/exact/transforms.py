@@ -23,9 +23,8 @@ import time
 import uuid
 
 import apache_beam as beam
-from apache_beam.coders import Coder, VarIntCoder
+from apache_beam.coders import VarIntCoder
 from apache_beam.metrics import Metrics
-from apache_beam.runners.worker.statecache import CacheAware
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.transforms.window import GlobalWindow
@@ -37,59 +36,11 @@ from pipelines.records.dead_letters import dead_letter_message
 from pipelines.records.predictions import prediction_key
 from pipelines.state.checkpoints import CheckpointStore, checkpoint_record
 from pipelines.state.progress import write_worker
-from pipelines.steps import NAMESPACE, LabelBatch
+from pipelines.steps import NAMESPACE, Kept, KeptCoder, LabelBatch
 
 from .model_runner import LabelSettings, ModelRunner
 
 log = logging.getLogger(__name__)
-
-class ModelSnapshotCoder(Coder):
-    """A model in the runner's state store: written as the live
-    :class:`ModelRunner` in a :class:`CachedModel` (encoded by
-    :meth:`ModelRunner.snapshot` when the bundle commits), read back as those
-    bytes."""
-
-    def encode(self, value) -> bytes:
-        return value if isinstance(value, bytes) else value.snapshot()
-
-    def decode(self, encoded: bytes) -> bytes:
-        return encoded
-
-    def is_deterministic(self) -> bool:
-        return False
-
-    def to_type_hint(self):
-        return bytes
-
-
-class CachedModel(CacheAware):
-    """A model as the SDK harness's state cache holds it, weighed in O(1).
-    Beam weighs a cached value by walking its whole object graph at every
-    write, i.e. every bundle; a model's graph holds every event awaiting its
-    label (20,000 of them: 0.18 s a bundle, four times the cost of encoding
-    the model)."""
-
-    __slots__ = ("runner", "weight")
-
-    def __init__(self, runner: ModelRunner):
-        self.runner = runner
-        self.weight = _Weight(runner.approx_bytes())  # held: objsize skips a referent that is gone by then
-
-    def get_referents_for_cache(self) -> list:
-        return [self.weight]
-
-    def snapshot(self) -> bytes:
-        return self.runner.snapshot()
-
-
-class _Weight:
-    __slots__ = ("n",)
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def __sizeof__(self) -> int:
-        return self.n
 
 
 class LearnModels(beam.DoFn):
@@ -112,7 +63,7 @@ class LearnModels(beam.DoFn):
     exactly once."""
 
     CHECKPOINTS = "checkpoints"
-    MODEL = ReadModifyWriteStateSpec("model", ModelSnapshotCoder())
+    MODEL = ReadModifyWriteStateSpec("model", KeptCoder())
     GENERATION = ReadModifyWriteStateSpec("generation", VarIntCoder())
     END = TimerSpec("end", TimeDomain.WATERMARK)
     """Set at the end of the global window: fires when the input is done, for
@@ -162,8 +113,8 @@ class LearnModels(beam.DoFn):
         stale = self.outputs.pop(model, None)  # may have been fenced, or be behind another instance's commits
         if stale is not None:
             stale.close()
-        if isinstance(stored, CachedModel):  # this process's own object, from the state cache
-            runner = stored.runner
+        if isinstance(stored, Kept):  # this process's own object, from the state cache
+            runner = stored.value
         else:
             cfg = self.cfg
             labels = LabelSettings(cfg.labels_topic, cfg.label_ttl * 1000.0, cfg.max_pending) if cfg.labels_topic \
@@ -187,7 +138,7 @@ class LearnModels(beam.DoFn):
         # the same count.
         runner.generation = random.getrandbits(62) | 1
         generation.write(runner.generation)
-        saved.write(CachedModel(runner))
+        saved.write(Kept(runner, runner.snapshot, runner.approx_bytes()))
 
     def process(self, element, saved=beam.DoFn.StateParam(MODEL), generation=beam.DoFn.StateParam(GENERATION),
                 end=beam.DoFn.TimerParam(END)):

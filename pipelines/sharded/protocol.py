@@ -46,7 +46,8 @@ from learners.losses import losses_of
 from pipelines.records.dead_letters import dead_letter
 from pipelines.records.events import event_rows, learner_rows
 from pipelines.kafka.consumer import KafkaMessage, StopRule
-from pipelines.records.labels import Matched, PendingStore, Source, Waiting
+from pipelines.records.columnar import ColumnarEvent, EventColumns, LabelledEvent
+from pipelines.records.labels import EarlyLabel, Matched, PendingStore, Source, Waiting
 from pipelines.records.predictions import (ProgressiveMetrics, labelled_prediction, millis, prediction_key,
                                            prediction_record, readings)
 
@@ -90,6 +91,23 @@ class LateHead(NamedTuple):
     dropped: tuple = ()  # ids of events that left the Router's pending store unlearned since the last head
 
 
+class Cadence:
+    """When the next checkpoint cut is due: every ``checkpoint_every`` events
+    or ``checkpoint_seconds`` seconds (of a run configuration). Kept with the
+    object that asks for cuts, so a restored one keeps its count."""
+
+    def __init__(self):
+        self.restart()
+
+    def restart(self) -> None:
+        self.since, self.last = 0, time.monotonic()
+
+    def due(self, cfg) -> bool:
+        if cfg.checkpoint_every and self.since >= cfg.checkpoint_every:
+            return True
+        return bool(cfg.checkpoint_seconds) and time.monotonic() - self.last >= cfg.checkpoint_seconds
+
+
 class Router:
     """Sequence numbers and slices for one model's events. With delayed
     labels (``pending``) it also joins labels to the events awaiting them:
@@ -109,6 +127,7 @@ class Router:
         """Feature crosses (learners.interactions), made here before the features are split."""
         self.bias_shard = int(shards_of(np.zeros(1, dtype=np.int64), n_shards)[0])
         self.seq = seq
+        self.cadence = Cadence()  # of the cuts the Router asks for, with delayed labels
         self.offsets = dict(offsets or {})
         """Next offset per (topic, partition) already in the sequence: events
         before it were learned before a restart and are skipped."""
@@ -333,6 +352,18 @@ class ShardRunner:
             gave_up = True
         return self._predict_ready() if gave_up else []
 
+    def restart_clocks(self) -> None:
+        """After a restore in another process (a runner's failover): the
+        feedback awaited is timed from now, so the time the runner took to
+        restart does not give it up."""
+        now = time.monotonic()
+        self.in_flight = deque(flight._replace(since=now) for flight in self.in_flight)
+
+    def approx_bytes(self) -> int:
+        """About how much memory this shard holds: its state arrays, and the events queued or in flight."""
+        arrays = sum(a.nbytes for a in self.shard.state.arrays.values())
+        return arrays + self.shard.coords.nbytes + 256 * (len(self.queue) + len(self.in_flight))
+
     def give_up_all(self) -> None:
         while self.in_flight:
             self._give_up(self.in_flight.popleft())
@@ -366,6 +397,7 @@ class Combiner:
         self.n_outputs, self.n_shards, self.model, self.run_id = n_outputs, n_shards, model, run_id
         self.scalars = dict(scalars)
         self.seq = seq  # last event combined
+        self.cadence = Cadence()  # of the cuts the Combiner asks for, without delayed labels
         self.learned = learned
         self.metrics = ProgressiveMetrics(loss)
         self.pending: dict[int, list] = {}  # seq -> [sum, count, head]
@@ -483,6 +515,18 @@ class Combiner:
                         np.empty(0, dtype=np.int64), np.empty(0), 1.0, Source(*done[i][6][:3],
                                                                             getattr(done[i][6], "key", None)))
         return out
+
+
+def state_classes() -> tuple[type, ...]:
+    """Every class a Router, ShardRunner or Combiner is made of: what their
+    state bytes may name when read back (pipelines.steps.unpickle_sharing)."""
+    from collections import OrderedDict
+
+    from pipelines.steps import Position
+
+    return (Router, ShardRunner, Combiner, Cadence, Flight, Slice, Partial, LateHead, Combined, Shard, LearnerState,
+            ProgressiveMetrics, PendingStore, Waiting, EarlyLabel, Matched, Source, KafkaMessage, Position,
+            ColumnarEvent, LabelledEvent, EventColumns, OrderedDict)
 
 
 class FeedbackWatch(StopRule):

@@ -158,3 +158,56 @@ def test_zero_staleness_with_event_weights_equals_one_weighted_learner(learner_n
     merged = merged_arrays(loop, exact.state.n_coords)
     for name, arr in exact.state.arrays.items():
         np.testing.assert_allclose(merged.arrays[name], arr, rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("staleness", [0, 3])
+def test_a_loop_kept_as_bytes_mid_stream_carries_on_as_the_uninterrupted_one(staleness):
+    """What the sharded steps keep in Beam state (pipelines.steps.pickle_sharing):
+    Router, ShardRunners and Combiner pickled with events in flight and
+    feedback undelivered, then read back beside a learner made afresh (its
+    compiled algorithm and hasher are not pickled), carry on bit for bit
+    like the loop that was never stopped."""
+    from pipelines.sharded.protocol import state_classes
+    from pipelines.steps import pickle_sharing, unpickle_sharing
+
+    _, _, items = stream(300)
+    whole = Loop(make_learner("scinol2", "logistic"), 3, staleness)
+    whole.run(items)
+
+    first = make_learner("scinol2", "logistic")
+    before = Loop(first, 3, staleness)
+    for lo in range(0, 150, 16):  # as Loop.run, but stopped with feedback still queued
+        per_shard, _ = before.router.route(items[lo: lo + 16])
+        for shard, slices in zip(before.shards, per_shard):
+            before._combine(shard.add(slices))
+    assert before.feedback_queue and any(s.in_flight for s in before.shards)
+    data = pickle_sharing(before, {"algorithm": first.algorithm, "hasher": first.hasher})
+    again = make_learner("scinol2", "logistic")
+    after = unpickle_sharing(data, {"algorithm": again.algorithm, "hasher": again.hasher}, (*state_classes(), Loop))
+    assert after.shards[0].algorithm is again.algorithm and after.router.hasher is again.hasher
+    for shard in after.shards:
+        shard.restart_clocks()
+    after.run(items[160:])
+
+    assert [p["event_id"] for p in after.predictions] == [p["event_id"] for p in whole.predictions]
+    assert [p["score"] for p in after.predictions] == [p["score"] for p in whole.predictions]
+    for a, b in zip(after.shards, whole.shards):
+        for name, arr in b.shard.state.arrays.items():
+            np.testing.assert_array_equal(a.shard.state.arrays[name], arr)
+
+
+def test_state_bytes_that_name_any_other_global_are_refused():
+    """Sharded state is read back by a restricted unpickler: bytes crafted to
+    call something (here os.system) are refused before anything runs."""
+    import os
+    import pickle as stdlib_pickle
+
+    from pipelines.sharded.protocol import state_classes
+    from pipelines.steps import unpickle_sharing
+
+    class Evil:
+        def __reduce__(self):
+            return os.system, ("echo pwned",)
+
+    with pytest.raises(stdlib_pickle.UnpicklingError, match="posix.system|os.system"):
+        unpickle_sharing(stdlib_pickle.dumps(Evil()), {}, state_classes())

@@ -20,6 +20,7 @@ from pipelines.launch import run, start
 from pipelines.provision.flink import DEFAULT_FLINK_VERSION
 from pipelines.records.topics import produce_events
 from pipelines.state.checkpoints import CheckpointStore
+from pipelines.state.cuts import CutStore
 from tests.support.runs import config, toy_stream
 from tests.support.trialkit import read_topic
 
@@ -144,12 +145,7 @@ def _failover_run(kafka, cluster, jar, topic, tmp_path, n: int, exactly_once: bo
         _wait(lambda: cluster.completed_checkpoints(job) >= 2, 180, "two completed Flink checkpoints",
               lambda: _job_story(cluster, job))
         producer = _producing(bootstrap, topic, events[500:n // 2])
-        time.sleep(2.0)
-        victims = cluster.job_taskmanagers(job)
-        assert victims and producer.is_alive(), "the kill must hit the job mid-stream"
-        cluster.kill_taskmanager(victims[0])
-        cluster.add_taskmanager()
-        producer.join()
+        _kill_mid_stream(cluster, job, producer)
         restored = cluster.completed_checkpoints(job)
         _wait(lambda: cluster.completed_checkpoints(job) > restored, 240, "a checkpoint after the restart",
               lambda: _job_story(cluster, job))
@@ -190,6 +186,81 @@ def test_with_exactly_once_a_killed_taskmanager_leaves_each_prediction_written_o
     assert ids == [e["id"] for e in events]  # read_committed: each once, in order
     print(f"\nFlink failures: {failures}; predictions recomputed after them and not written again: "
           f"{_counter(result, 'predictions_not_resent')}")
+
+
+def test_sharded_mode_survives_a_killed_taskmanager_without_losing_or_doubling_an_update(
+        apache_kafka, topic_name, tmp_path, flink_job_server_jar, flink_cluster):
+    """Two shards at staleness 0 over both TaskManagers; one is killed -9
+    mid-stream. The Router, the ShardRunners (with the events in flight) and
+    the Combiner live in Beam state, which Flink restores with the source's
+    position on both topics (events and feedback), so the model carried on
+    from the cut equals one learner's: every update applied once."""
+    bootstrap, cluster, n = apache_kafka.bootstrap, flink_cluster, 36
+    X, y, events = toy_stream(n)
+    produce_events(bootstrap, topic_name, events[:8], partitions=1, progress=False)
+    args = flink_args(flink_job_server_jar, cluster.master, "--streaming", "--parallelism=2",
+                      "--max_bundle_time_millis=20", "--checkpointing_interval=2000",
+                      "--finish_bundle_before_checkpointing", "--number_of_execution_retries=30",
+                      "--execution_retry_delay=3000")
+    cfg = config(bootstrap, topic_name, tmp_path, bounded=False, shards=2, max_staleness=0, checkpoint_every=n,
+                 beam_args=args)
+    _wait_idle(cluster, slots=2)
+    before = {j["jid"] for j in cluster.jobs()}
+    result = start(cfg)
+    try:
+        job = _flink_job(cluster, before)
+        story = lambda: _job_story(cluster, job)  # noqa: E731
+        _wait(lambda: len(predictions_of(bootstrap, cfg.predictions_topic)) >= 8, 420, "the first predictions",
+              story)
+        _wait(lambda: cluster.completed_checkpoints(job) >= 2, 180, "two completed Flink checkpoints", story)
+        producer = _producing(bootstrap, topic_name, events[8:20], rate=2)
+        _kill_mid_stream(cluster, job, producer)
+        produce_events(bootstrap, topic_name, events[20:], progress=False)
+        _wait(lambda: _cut_at(cfg.checkpoint_dir, n), 420, f"the checkpoint cut at event {n}", story)
+        failures = cluster.rest(f"/jobs/{job}/exceptions").get("exceptionHistory", {}).get("entries", [])
+    finally:
+        result.cancel()  # on the cluster too, else the next test's job waits for its slots
+    assert cluster.rest(f"/jobs/{job}")["state"] == "CANCELED"
+    assert failures, "Flink saw no failure: the TaskManager kill did not reach the job"
+    ids = [p["event_id"] for p in predictions_of(bootstrap, cfg.predictions_topic)]
+    assert set(ids) == {e["id"] for e in events}
+    final = CutStore(cfg.checkpoint_dir).latest("default", 2).merged_learner(cfg.learner.make)
+    _, learner = straight(X, y)
+    assert final.state.scalars == learner.state.scalars  # t: every update applied once
+    # The K partial sums are added in another order than one learner's dot product: equal to rounding.
+    np.testing.assert_allclose(final.state.arrays["P"], learner.state.arrays["P"][:final.state.n_coords],
+                               rtol=1e-9, atol=1e-12)
+    print(f"\nFlink failures: {len(failures)}; predictions re-sent: {len(ids) - len(set(ids))}")
+
+
+def _wait_idle(cluster, slots: int, timeout: float = 180.0) -> None:
+    """Until the cluster runs no job and has ``slots`` free slots on live
+    TaskManagers: a TaskManager an earlier test killed may still be
+    registered, and a job of parallelism 2 would wait for its slot."""
+    def idle():
+        overview = cluster.rest("/overview")
+        busy = [j["jid"] for j in cluster.jobs() if j["state"] not in ("FINISHED", "CANCELED", "FAILED")]
+        return (not busy and overview["slots-available"] >= slots
+                and overview["taskmanagers"] == len(cluster.taskmanager_pids()))
+
+    _wait(idle, timeout, f"an idle cluster with {slots} free slots",
+          lambda: f"{cluster.rest('/overview')}, jobs {cluster.jobs()}")
+
+
+def _cut_at(ckpt_dir: str, n: int) -> bool:
+    cut = CutStore(ckpt_dir).latest("default", 2)
+    return cut is not None and cut.seq == n
+
+
+def _kill_mid_stream(cluster, job: str, producer: threading.Thread) -> None:
+    """kill -9 a TaskManager running ``job`` while ``producer`` still
+    produces; a new TaskManager takes its place."""
+    time.sleep(2.0)
+    victims = cluster.job_taskmanagers(job)
+    assert victims and producer.is_alive(), "the kill must hit the job mid-stream"
+    cluster.kill_taskmanager(victims[0])
+    cluster.add_taskmanager()
+    producer.join()
 
 
 def test_sigterm_to_scinol_run_cancels_its_job_on_the_session_cluster(
@@ -236,10 +307,10 @@ def _job_story(cluster, job: str) -> str:
             f"other jobs {others}; TaskManagers (id, slots, free) {slots}")
 
 
-def _producing(bootstrap: str, topic: str, events: list) -> threading.Thread:
-    """Produce ``events`` at 150/s in a thread (started)."""
+def _producing(bootstrap: str, topic: str, events: list, rate: float = 150) -> threading.Thread:
+    """Produce ``events`` at ``rate``/s in a thread (started)."""
     thread = threading.Thread(target=produce_events, args=(bootstrap, topic, events),
-                              kwargs={"rate": 150, "progress": False})
+                              kwargs={"rate": rate, "progress": False})
     thread.start()
     return thread
 

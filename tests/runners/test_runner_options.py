@@ -157,3 +157,17 @@ def test_sharded_mode_on_prism_is_refused_in_one_line(tmp_path, capsys):
                  "--shards", "2", "--runner", "prism"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "--shards does not run on Prism" in err, err
+
+
+@pytest.mark.parametrize("flags,restores", [
+    ([], False), (["--runner=DirectRunner"], False), (["--runner", "BundleBasedDirectRunner"], False),
+    (["--runner=FlinkRunner"], True), (["--runner=PrismRunner"], True), (["--runner=DataflowRunner"], True),
+    (["--runner=PortableRunner", "--job_endpoint=x:1"], True),
+])
+def test_sharded_state_goes_to_beam_state_only_where_the_runner_restores_it(flags, restores):
+    """Sharded mode pickles its shards into Beam state each bundle only for
+    runners that restore state after a failure; the DirectRunner's lasts one run."""
+    from pipelines.config import RunConfig
+
+    assert RunConfig(bootstrap="b", topic="t", predictions_topic="p", beam_args=flags).runner_restores_state() \
+        == restores
