@@ -330,7 +330,10 @@ def _verify(bootstrap, topic, ckpt_dir, stream: Stream, references: dict, result
     predicted = collections.Counter(r["event_id"] for _, _, r in read_topic(bootstrap, topic + ".pred"))
     valid = stream.valid_ids
     result.events = len(valid)
-    result.events_lost = len(valid - set(predicted))
+    unpredicted = sorted(valid - set(predicted), key=lambda i: (len(i), i))  # "a-99" before "a-100"
+    result.events_lost = len(unpredicted)
+    if unpredicted:  # which ones tell a lost batch mid-stream from the last one
+        result.notes.append(f"no prediction for {len(unpredicted)} events: {unpredicted[:2]} ... {unpredicted[-2:]}")
     result.duplicate_predictions = sum(predicted.values()) - len(predicted)
     if set(predicted) - valid:
         result.errors.append(f"predictions for unknown events {sorted(set(predicted) - valid)[:3]}")
