@@ -8,11 +8,12 @@ it would otherwise have written. The tansu stand-in broker takes
 transactions but shows aborted data to read_committed consumers, so there
 the option is at-least-once (the last test keeps that statement honest)."""
 
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from learners import make_learner
 from pipelines.kafka.apache_broker import ApacheKafkaBroker
@@ -92,6 +93,29 @@ def test_a_second_writer_fences_the_first(apache_kafka, topic_name):
         old.close()
         if new is not None:
             new.close()
+
+
+def test_a_read_right_after_a_commit_waits_for_its_markers(apache_kafka, topic_name):
+    """Kafka answers commit_transaction before it writes the markers that make
+    the transaction visible; until then a read_committed consumer's end of the
+    partition is the transaction's first offset. read_topic, which verifies
+    the fault trials' predictions right after the run ends, waits for an
+    undecided transaction instead of missing it, and says so if it stays open."""
+    produce_events(apache_kafka, topic_name, [], partitions=1, progress=False)
+    producer = Producer({"bootstrap.servers": apache_kafka, "transactional.id": "late-" + topic_name})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(100):
+        producer.produce(topic_name, b"%d" % i)
+    assert producer.flush(30) == 0  # in the log, the transaction undecided
+    with pytest.raises(AssertionError, match="a transaction still open"):
+        read_topic(apache_kafka, topic_name, raw=True, settle=1.0)
+    commit = threading.Timer(2.0, producer.commit_transaction, args=(30,))
+    commit.start()
+    try:
+        assert [v for _, _, v in read_topic(apache_kafka, topic_name, raw=True)] == [b"%d" % i for i in range(100)]
+    finally:
+        commit.join()
 
 
 def read_raw(bootstrap: str, topic: str) -> list[tuple[int, int, bytes]]:
