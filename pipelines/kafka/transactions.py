@@ -198,8 +198,10 @@ class TransactionalOutput:
                 warnings.simplefilter("ignore")  # "abort_transaction failed during close": it was fenced
                 try:
                     producer.close()
-                except KafkaException:
-                    pass  # the fatal error again; the client is destroyed all the same
+                except (KafkaException, SystemError):
+                    # The fatal error again (confluent-kafka sometimes raises it
+                    # as a SystemError); the client is destroyed all the same.
+                    pass
         else:
             self.writer.close()
         self.groups.close()
