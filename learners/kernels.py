@@ -57,12 +57,25 @@ N_EXTRAS = 2  # partial sums beyond ŷ that any algorithm may need
 N_FB_EXTRA = 2  # feedback slots beyond g
 
 
-@inline
+# The dispatchers below are plain compiled functions, not IR-inlined: a
+# kernel calls them with its code as a literal, so numba compiles one small
+# copy per code and LLVM folds its branches and inlines it into the loop.
+# IR-inlining them (inline="always") copied every algorithm's branches into
+# all 17 kernels; that copying was most of the ~30 s cold compile of each.
+@jit
+def _loss(loss, loss_prm, y, yhat, fb):
+    """``loss_grad_into`` compiled once here, not IR-inlined into every
+    kernel (numba's inlining copies its IR at each site: most of the compile)."""
+    return loss_grad_into(loss, loss_prm, y, yhat, fb)
+
+
+@jit
 def weight(a, prm, glob, P, Q, j, k, x, t, learning):
+    c = np.int64(a)  # the math modules get a plain int: compiled once, not once per code
     if a <= SCINOL2:
-        return SC.weight(a, prm, P, Q, j, k, x, t)
+        return SC.weight(c, prm, P, Q, j, k, x, t)
     if a >= KT_ALG1 and a <= KT_COORD:
-        return KT.weight(a, prm, glob, P, j, k, t, learning)
+        return KT.weight(c, prm, glob, P, j, k, t, learning)
     if a == KOTLOWSKI1:
         return KO.weight(prm, glob, P, Q, j, k, x, t)
     if a == NAG:
@@ -70,12 +83,12 @@ def weight(a, prm, glob, P, Q, j, k, x, t, learning):
     return P[j, k, 0]  # the others store the weight itself
 
 
-@inline
+@jit
 def has_extras(a):
     return a == OGD_GLOBAL or a == KT_ALG1 or a == KT_AVG or a >= IMPLICIT and a <= APROX or a == KOTLOWSKI1 or a == NAG
 
 
-@inline
+@jit
 def extras(a, prm, glob, Q, j, x, ex):
     if a == OGD_GLOBAL:
         OG.global_extras(Q, j, x, ex)
@@ -87,7 +100,7 @@ def extras(a, prm, glob, Q, j, x, ex):
         BL.nag_extras(Q, j, x, ex)
 
 
-@inline
+@jit
 def combine(a, prm, glob, yhat, ex, y, iw, loss, loss_prm, fb):
     """ℓ(y, ŷ) (unweighted); fills fb (g first) and advances the globals.
 
@@ -98,20 +111,21 @@ def combine(a, prm, glob, yhat, ex, y, iw, loss, loss_prm, fb):
     (:mod:`learners.math_pa`). t and the input-scale statistics (M, s, s²,
     N, the dimension seen) count examples, not weight. (A weight of 0 never
     gets here: the drivers skip such an example, so it is a no-op.)"""
-    value = loss_grad_into(loss, loss_prm, y, yhat, fb)
+    value = _loss(loss, loss_prm, y, yhat, fb)
     if a < IMPLICIT or a > APROX:
         for k in range(yhat.shape[0]):
             fb[k] *= iw
     glob[0] += 1.0
     t = glob[0]
+    c = np.int64(a)  # as in weight
     if a == OGD_GLOBAL:
         OG.global_combine(prm, glob, yhat, ex, fb)
     elif a == KT_ALG1 or a == KT_AVG:
-        KT.combine(a, glob, yhat, ex, fb, t)
+        KT.combine(c, glob, yhat, ex, fb, t)
     elif a == KOTLOWSKI1:
         KO.combine(prm, glob, ex)
     elif a >= IMPLICIT and a <= APROX:
-        PA.combine(a, prm, yhat, ex, value, iw, fb, t)
+        PA.combine(c, prm, yhat, ex, value, iw, fb, t)
     elif a == SGD:
         fb[yhat.shape[0]] = prm[0] / math.sqrt(t)
     elif a == NAG:
@@ -120,21 +134,22 @@ def combine(a, prm, glob, yhat, ex, y, iw, loss, loss_prm, fb):
     return value
 
 
-@inline
+@jit
 def update(a, prm, glob, P, Q, j, x, t, fb, w, slot, n_out):
     """(n_out is P.shape[1], passed so a single-output caller can make it a constant.)"""
+    c = np.int64(a)  # as in weight
     if a <= SCINOL2:
-        SC.update(a, prm, P, Q, j, x, t, fb, w, slot, n_out)
+        SC.update(c, prm, P, Q, j, x, t, fb, w, slot, n_out)
     elif a == OGD_COORD or a == OGD_GLOBAL:
-        OG.update(a, prm, P, Q, j, x, fb, n_out)
+        OG.update(c, prm, P, Q, j, x, fb, n_out)
     elif a <= KT_COORD:
-        KT.update(a, glob, P, j, x, fb, w, slot, n_out)
+        KT.update(c, glob, P, j, x, fb, w, slot, n_out)
     elif a == KOTLOWSKI1:
         KO.update(P, Q, j, x, fb, n_out)
     elif a <= APROX:
         PA.update(P, j, x, fb, n_out)
     else:
-        BL.update(a, prm, glob, P, Q, j, x, t, fb, w, slot, n_out)
+        BL.update(a, prm, glob, P, Q, j, x, t, fb, w, slot, n_out)  # the literal: adam ran 30-50% slower on a plain int
 
 
 # -- the batch driver ------------------------------------------------------------
@@ -150,10 +165,11 @@ def _predict(a, prm, glob, P, Q, indices, data, start, end, dense, bias, t, lear
     yhat[:] = 0.0
     ex[:] = 0.0
     if bias:
+        j0 = np.int64(0)
         for k in range(P.shape[1]):
-            w[0, k] = weight(a, prm, glob, P, Q, 0, k, 1.0, t, learning)
+            w[0, k] = weight(a, prm, glob, P, Q, j0, k, 1.0, t, learning)
             yhat[k] += w[0, k]
-        extras(a, prm, glob, Q, 0, 1.0, ex)
+        extras(a, prm, glob, Q, j0, 1.0, ex)
     for p in range(start, end):
         x = data[p]
         if x != 0.0:
@@ -170,7 +186,8 @@ def _predict(a, prm, glob, P, Q, indices, data, start, end, dense, bias, t, lear
 def _update(a, prm, glob, P, Q, indices, data, start, end, dense, bias, fb, w, n_out):
     t = glob[0]
     if bias:
-        update(a, prm, glob, P, Q, 0, 1.0, t, fb, w, 0, n_out)
+        j0 = np.int64(0)
+        update(a, prm, glob, P, Q, j0, 1.0, t, fb, w, j0, n_out)
     for p in range(start, end):
         x = data[p]
         if x != 0.0:
@@ -184,15 +201,16 @@ def _predict_single(a, prm, glob, P, Q, indices, data, start, end, dense, bias, 
     if has_extras(a):
         ex[:] = 0.0
     yhat = 0.0
+    k0 = np.int64(0)
     if bias:
-        w[0, 0] = weight(a, prm, glob, P, Q, 0, 0, 1.0, t, learning)
+        w[0, 0] = weight(a, prm, glob, P, Q, k0, k0, 1.0, t, learning)
         yhat += w[0, 0]
-        extras(a, prm, glob, Q, 0, 1.0, ex)
+        extras(a, prm, glob, Q, k0, 1.0, ex)
     for p in range(start, end):
         x = data[p]
         if x != 0.0:
             j = _col(indices, p, start, dense) + bias
-            wj = weight(a, prm, glob, P, Q, j, 0, x, t, learning)
+            wj = weight(a, prm, glob, P, Q, j, k0, x, t, learning)
             w[p - start + bias, 0] = wj
             yhat += x * wj
             extras(a, prm, glob, Q, j, x, ex)
@@ -213,7 +231,7 @@ def _rows_single(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, 
             continue
         weight_i = iw[i] if iw.shape[0] else 1.0
         if weight_i == 0.0:  # learns nothing: the loss only
-            losses[i] = loss_grad_into(loss, loss_prm, y[i], yhat, fb)
+            losses[i] = _loss(loss, loss_prm, y[i], yhat, fb)
             continue
         losses[i] = combine(a, prm, glob, yhat, ex, y[i], weight_i, loss, loss_prm, fb)
         _update(a, prm, glob, P, Q, indices, data, start, end, dense, bias, fb, w, 1)
@@ -232,7 +250,7 @@ def _rows_multi(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, l
             continue
         weight_i = iw[i] if iw.shape[0] else 1.0
         if weight_i == 0.0:  # learns nothing: the loss only
-            losses[i] = loss_grad_into(loss, loss_prm, y[i], yhat, fb)
+            losses[i] = _loss(loss, loss_prm, y[i], yhat, fb)
             continue
         losses[i] = combine(a, prm, glob, yhat, ex, y[i], weight_i, loss, loss_prm, fb)
         _update(a, prm, glob, P, Q, indices, data, start, end, dense, bias, fb, w, P.shape[1])
@@ -408,9 +426,10 @@ def current_weights(a, prm, glob, P, Q):
     its scale (x → 0 in the per-input terms), at the next trial, offline."""
     out = np.zeros(P.shape[:2])
     t = glob[0] + 1.0
+    offline = np.bool_(False)  # not a literal, as in the batch kernels: one compile of weight
     for j in range(P.shape[0]):
         for k in range(P.shape[1]):
-            out[j, k] = weight(a, prm, glob, P, Q, j, k, 0.0, t, False)
+            out[j, k] = weight(a, prm, glob, P, Q, j, k, 0.0, t, offline)
     return out
 
 
