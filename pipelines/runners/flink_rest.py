@@ -10,7 +10,6 @@ the job cancels it here, by the job's name (Beam's ``--job_name``)."""
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -30,9 +29,9 @@ def rest(master: str, path: str, method: str = "GET", timeout: float = 15.0, att
             with urllib.request.urlopen(request, timeout=timeout) as resp:
                 body = resp.read()
             return json.loads(body) if body else {}
-        except urllib.error.HTTPError:
+        except urllib.error.HTTPError:  # an answer, not a silence
             raise
-        except (TimeoutError, socket.timeout, ConnectionError, urllib.error.URLError):
+        except (TimeoutError, ConnectionError, urllib.error.URLError):
             if attempt == attempts:
                 raise
             time.sleep(1.0)
