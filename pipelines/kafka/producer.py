@@ -91,6 +91,24 @@ class KafkaWriter:
             except KafkaException as exc:
                 raise KafkaDeliveryError(f"Kafka delivery to topic {self.topic!r} failed: {exc}") from exc
 
+    def queue(self, value: bytes, key: bytes | None = None) -> None:
+        """Queue one message, waiting while the local queue is full; unlike
+        :meth:`produce`, a refusal (a KafkaException, e.g. a transaction in
+        an error state) is raised as is and no failed delivery is checked:
+        a transaction's owner decides (:mod:`.transactions`)."""
+        while True:
+            try:
+                self.producer.produce(self.topic, value=value, key=key, on_delivery=self._report)
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def forget_failures(self) -> int:
+        """Drop the failed deliveries recorded so far (those of an aborted
+        transaction, written again since); how many there were."""
+        n, self.failed, self.n_failed = self.n_failed, [], 0
+        return n
+
     def produce_values(self, values: Iterable[bytes], partitions: int | None = None, first: int = 0) -> None:
         """Queue unkeyed values, the common case without the general path's
         calls; ``partitions``: value k (counting from ``first``) goes to

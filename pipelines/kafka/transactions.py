@@ -31,6 +31,7 @@ from .producer import KafkaDeliveryError, KafkaWriter
 
 log = logging.getLogger("pipelines.kafka")
 _STUCK = "the call did not return within its timeout"
+_UNREACHABLE = {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}
 
 
 def _within(timeout: float, call, *args):
@@ -140,9 +141,16 @@ class TransactionalOutput:
                 log.warning("Kafka transaction on %r made no progress for %.0f s (%s); starting a new "
                             "transactional producer, which ends it", self.writer.topic, self.STUCK_AFTER, error.str())
                 self._replace_producer(deadline, close_old=not stuck)
-                if self._committed(positions):
+                if self._committed(positions, deadline):
                     break  # the stuck transaction had committed: nothing to write again
-        self.writer.check()
+        # A committed transaction had every message delivered (librdkafka
+        # fails the commit otherwise): failures on record are those of
+        # aborted attempts, whose messages this one wrote again.
+        self.writer.producer.poll(0)
+        dropped = self.writer.forget_failures()
+        if dropped:
+            log.info("%d deliveries of aborted transactions on %r failed; written again since", dropped,
+                     self.writer.topic)
         self.covered = positions
 
     def _replace_producer(self, deadline: float, close_old: bool) -> None:
@@ -162,17 +170,25 @@ class TransactionalOutput:
         self.writer = KafkaWriter(self.bootstrap, old.topic, {**self.config, "transactional.id": self.group})
         self._retrying(self.writer.producer.init_transactions, deadline)
 
-    def _committed(self, positions: dict) -> bool:
-        """Whether the group already holds ``positions`` (the transaction that carried them committed)."""
+    def _committed(self, positions: dict, deadline: float) -> bool:
+        """Whether the group already holds ``positions`` (the transaction
+        that carried them committed); asked again, until ``deadline``, while
+        the broker does not answer."""
         wanted = [TopicPartition(t, p) for (t, p) in positions]
-        found = committed_offsets(self.groups, wanted, self.timeout)
-        return all(tp.offset >= positions[(tp.topic, tp.partition)] for tp in found)
+        while True:
+            try:
+                found = committed_offsets(self.groups, wanted, max(1.0, min(self.timeout, deadline - time.monotonic())))
+                return all(tp.offset >= positions[(tp.topic, tp.partition)] for tp in found)
+            except KafkaException as exc:
+                if exc.args[0].code() not in _UNREACHABLE or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)
 
     def _transaction(self, messages, positions: dict, deadline: float) -> None:
         producer = self.writer.producer
         self._retrying(lambda _timeout: producer.begin_transaction(), deadline)
-        for value, key in messages:
-            self.writer.produce(value, key)
+        for value, key in messages:  # a refusal raises KafkaException: commit() aborts or replaces
+            self.writer.queue(value, key)
         offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
         group = self.groups.consumer_group_metadata()
         self._retrying(lambda timeout: _within(timeout, producer.send_offsets_to_transaction, offsets, group,

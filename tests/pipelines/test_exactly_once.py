@@ -22,18 +22,24 @@ from pipelines.kafka.transactions import TransactionalOutput
 from pipelines.launch import run
 from pipelines.records.topics import produce_events
 from tests.support.runs import config, toy_stream
+from tests.support.faultkit import pause_process
 from tests.support.trialkit import read_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def apache_kafka():
+def apache_kafka_broker():
     from tests.kafka.test_apache_broker import _started
 
     broker = _started(ApacheKafkaBroker())
-    yield broker.bootstrap
+    yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="module")
+def apache_kafka(apache_kafka_broker):
+    return apache_kafka_broker.bootstrap
 
 
 def committed_predictions(bootstrap: str, topic: str) -> list[dict]:
@@ -93,6 +99,31 @@ def test_a_second_writer_fences_the_first(apache_kafka, topic_name):
         old.close()
         if new is not None:
             new.close()
+
+
+def test_a_transaction_aborted_by_a_paused_broker_is_written_again_once(apache_kafka_broker, topic_name, caplog):
+    """The broker paused mid-transaction until its messages time out: the
+    commit fails abortably, the writer aborts and writes the batch again,
+    and the failed deliveries of the aborted attempt are not taken for a
+    failure of the batch (they once stopped a run with --exactly-once)."""
+    bootstrap = apache_kafka_broker.bootstrap
+    produce_events(bootstrap, topic_name, [], partitions=1, progress=False)
+    source = (topic_name, 0)
+    out = TransactionalOutput(bootstrap, topic_name, "pause-" + topic_name, {"message.timeout.ms": 3000})
+    try:
+        out.commit([(b"a", None)], {source: 1})
+        pause = threading.Thread(target=pause_process, args=(apache_kafka_broker.process.pid, 6.0))
+        pause.start()
+        try:
+            with caplog.at_level("INFO", logger="pipelines.kafka"):
+                out.commit([(b"b%d" % i, None) for i in range(50)], {source: 2})
+        finally:
+            pause.join()
+        assert "deliveries of aborted transactions" in caplog.text  # the path this test is about was taken
+        assert [v for _, _, v in read_raw(bootstrap, topic_name)] == [b"a"] + [b"b%d" % i for i in range(50)]
+        assert not out.already_written(*source, 2) and out.already_written(*source, 1)
+    finally:
+        out.close()
 
 
 def test_a_read_right_after_a_commit_waits_for_its_markers(apache_kafka, topic_name):
