@@ -15,8 +15,9 @@
 The three are joined by Beam (``pipelines.sharded.transforms``) and the
 feedback goes back to the shards through Kafka. With S = 0 every shard
 predicts event t with the state after events 1..t−1, exactly as one learner
-would, so the result equals exact mode on the same sequence (up to the
-order in which the K partial sums are added).
+would, so the result equals exact mode on the same sequence up to the
+rounding of a dot product split into K partial sums; the Combiner adds
+those in shard order, so a sharded run gives the same bits on every runner.
 
 Ordering rule: the sequence is the order in which the Router receives the
 model's events. Within one Kafka partition that is offset order. When a
@@ -381,6 +382,16 @@ class ShardRunner:
         return coords, state, header
 
 
+def _in_shard_order(parts: list) -> np.ndarray:
+    """The K partial sums added in shard order, whatever order they came
+    in: floating-point addition is not associative, and this makes a run's
+    predictions the same bit for bit on every runner and every replay."""
+    total = parts[0].copy()
+    for sums in parts[1:]:
+        total += sums
+    return total
+
+
 class Combined(NamedTuple):
     prediction: dict
     feedback: dict
@@ -400,7 +411,7 @@ class Combiner:
         self.cadence = Cadence()  # of the cuts the Combiner asks for, without delayed labels
         self.learned = learned
         self.metrics = ProgressiveMetrics(loss)
-        self.pending: dict[int, list] = {}  # seq -> [sum, count, head]
+        self.pending: dict[int, list] = {}  # seq -> [partial sums by shard, shards arrived, head]
         self.predicted: dict[str, Waiting] | None = None
         """With delayed labels: the prediction made when each unlabelled
         event arrived, by event id, until its label comes (its loss is the
@@ -432,17 +443,18 @@ class Combiner:
                 continue  # a replayed partial of an event already combined
             slot = self.pending.get(p.seq)
             if slot is None:
-                slot = self.pending[p.seq] = [p.sums.copy(), 0, None]
-            else:
-                slot[0] += p.sums
-            slot[1] += 1
+                slot = self.pending[p.seq] = [[None] * self.n_shards, 0, None]
+            if slot[0][p.shard] is None:
+                slot[1] += 1
+            slot[0][p.shard] = p.sums  # a shard's partial sent twice counts once
             if p.head is not None:
                 slot[2] = p.head
             if p.cut:
                 self.cut_at.add(p.seq)
         out, done = [], []
         while self.pending.get(self.seq + 1, (None, 0))[1] == self.n_shards:
-            total, _, head = self.pending.pop(self.seq + 1)
+            parts, _, head = self.pending.pop(self.seq + 1)
+            total = _in_shard_order(parts)
             if isinstance(head, LateHead):  # in sequence order, so the records come out in it too
                 out += self._records(done) if done else []
                 done = []

@@ -8,10 +8,9 @@ import pytest
 
 from learners import make_learner
 from learners.datasets import toy_examples
-from learners.sharding import ShardedLearner
 from pipelines.records.events import dense_events
-from pipelines.sharded.protocol import Combiner, Router, ShardRunner
 from pipelines.steps import Position
+from tests.support.sharded_loop import Loop, merged_arrays
 
 
 def stream(n, seed=0, unlabelled_every=7):
@@ -20,50 +19,6 @@ def stream(n, seed=0, unlabelled_every=7):
     y[::unlabelled_every] = np.nan
     events = list(dense_events(X, y, "e-", model="m", start_ms=1_700_000_000_000))
     return X, y, [(Position("events", 0, i), e) for i, e in enumerate(events)]
-
-
-class Loop:
-    """The sharded protocol with the feedback delivered in memory; ``lose``
-    and ``repeat`` name sequence numbers whose feedback is dropped or sent twice."""
-
-    def __init__(self, learner, k, staleness, lose=(), repeat=()):
-        algo = learner.algorithm
-        scalars = algo.init_state(0, learner.n_outputs).scalars
-        self.router = Router(k, learner.hasher, learner.bias)
-        self.shards = [ShardRunner(algo, learner.n_outputs, s, staleness, scalars) for s in range(k)]
-        self.combiner = Combiner(algo, learner.loss, learner.loss_param, learner.n_outputs, k, "m", "run", scalars)
-        self.lose, self.repeat = set(lose), set(repeat)
-        self.predictions, self.feedback_queue = [], []
-
-    def run(self, items, batch=16):
-        for lo in range(0, len(items), batch):
-            per_shard, _ = self.router.route(items[lo: lo + batch])
-            for shard, slices in zip(self.shards, per_shard):
-                self._combine(shard.add(slices))
-            self._deliver()
-        while self.feedback_queue:
-            self._deliver()
-
-    def _combine(self, partials):
-        for done in self.combiner.add(partials):
-            self.predictions.append(done.prediction)
-            seq = done.feedback["seq"]
-            if seq not in self.lose:
-                self.feedback_queue.append(done.feedback)
-            if seq in self.repeat:
-                self.feedback_queue.append(done.feedback)
-
-    def _deliver(self):
-        records, self.feedback_queue = self.feedback_queue, []
-        for shard in self.shards:
-            self._combine(shard.feedback(records))
-
-
-def merged_arrays(loop, n_coords):
-    sharded = ShardedLearner.__new__(ShardedLearner)
-    sharded.algorithm, sharded.n_outputs = loop.shards[0].algorithm, loop.shards[0].shard.state.arrays["P"].shape[1]
-    sharded.shards, sharded.scalars = [s.shard for s in loop.shards], loop.combiner.scalars
-    return sharded.merged_state(n_coords)
 
 
 @pytest.mark.parametrize("learner_name", ["scinol2", "kt", "nag"])

@@ -18,6 +18,7 @@ from pipelines.sharded.transforms import FeedbackFaults
 from pipelines.records.topics import read_records
 from schemas.codec import Codec
 from tests.support.runs import config, toy_stream
+from tests.support.sharded_loop import in_one_process
 
 
 def counter(result, name):
@@ -36,6 +37,7 @@ def test_four_shards_at_zero_staleness_equal_exact_mode(kafka_bootstrap, topic_n
     assert [p["event_id"] for p in preds] == [e["id"] for e in events]
     exact = make_learner("scinol2", "logistic")
     np.testing.assert_allclose([p["score"] for p in preds], exact.learn(X, y), rtol=1e-9, atol=1e-12)
+    assert [p["score"] for p in preds] == in_one_process(events, topic_name, 4)  # bit for bit
     cut = CutStore(cfg.checkpoint_dir).latest("default", 4)
     assert cut.seq == 400 and cut.offsets == {(topic_name, 0): 400}
     merged = cut.merged_learner(cfg.learner.make)

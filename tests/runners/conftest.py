@@ -47,9 +47,11 @@ def prism_binary():
     return _provisioned(provision_prism)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def flink_cluster(flink_home):
-    """A session cluster with 2 TaskManagers (1 slot each), for one test module."""
+    """A session cluster with 2 TaskManagers (1 slot each), shared by the
+    test modules that submit to one (it takes half a minute to start); the
+    fixture below hands it to each test clean and whole."""
     from pipelines.runners.flink_cluster import FlinkSessionCluster
 
     with FlinkSessionCluster(taskmanagers=2, flink_home=flink_home) as cluster:

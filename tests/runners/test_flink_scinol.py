@@ -22,6 +22,7 @@ from pipelines.records.topics import produce_events
 from pipelines.state.checkpoints import CheckpointStore
 from pipelines.state.cuts import CutStore
 from tests.support.runs import config, toy_stream
+from tests.support.sharded_loop import in_one_process
 from tests.support.trialkit import read_topic
 
 pytestmark = [pytest.mark.flink, pytest.mark.slow]
@@ -82,13 +83,15 @@ def test_sharded_mode_on_embedded_flink_equals_exact_mode(apache_kafka, topic_na
     assert sorted(p["event_id"] for p in preds) == sorted(e["id"] for e in events)
     by_id = {p["event_id"]: p["score"] for p in preds}
     np.testing.assert_allclose([by_id[e["id"]] for e in events], want, rtol=1e-9, atol=1e-12)
+    assert [by_id[e["id"]] for e in events] == in_one_process(events, topic_name, 2)  # bit for bit
 
 
 def test_sharded_mode_on_the_session_cluster_equals_exact_mode(apache_kafka, topic_name, tmp_path,
                                                                flink_job_server_jar, flink_cluster):
     """Two shards, two TaskManagers (parallelism 2): the shards, the
     combiner and the feedback loop spread over the cluster still give
-    exact mode's predictions at staleness 0."""
+    exact mode's predictions at staleness 0, and the very bits of the same
+    sharded protocol run in one process."""
     kafka_bootstrap = apache_kafka.bootstrap
     X, y, events = toy_stream(24)  # about 1.7 s per event at staleness 0 on Flink (docs/runners.md)
     produce_events(kafka_bootstrap, topic_name, events, partitions=1, progress=False)
@@ -100,6 +103,7 @@ def test_sharded_mode_on_the_session_cluster_equals_exact_mode(apache_kafka, top
     by_id = {p["event_id"]: p["score"] for p in predictions_of(kafka_bootstrap, cfg.predictions_topic)}
     assert sorted(by_id) == sorted(e["id"] for e in events)
     np.testing.assert_allclose([by_id[e["id"]] for e in events], want, rtol=1e-9, atol=1e-12)
+    assert [by_id[e["id"]] for e in events] == in_one_process(events, topic_name, 2)  # bit for bit
 
 
 def _flink_job(cluster, before: set, timeout: float = 180.0) -> str:

@@ -1,0 +1,62 @@
+"""Sharded mode's protocol run in one process, without Beam or Kafka:
+Router → K ShardRunners → Combiner with the feedback loop closed in memory.
+The reference the sharded pipeline is held to, on any runner."""
+
+from learners import make_learner
+from learners.sharding import ShardedLearner
+from pipelines.sharded.protocol import Combiner, Router, ShardRunner
+from pipelines.steps import Position
+
+
+class Loop:
+    """The sharded protocol with the feedback delivered in memory; ``lose``
+    and ``repeat`` name sequence numbers whose feedback is dropped or sent twice."""
+
+    def __init__(self, learner, k, staleness, lose=(), repeat=()):
+        algo = learner.algorithm
+        scalars = algo.init_state(0, learner.n_outputs).scalars
+        self.router = Router(k, learner.hasher, learner.bias)
+        self.shards = [ShardRunner(algo, learner.n_outputs, s, staleness, scalars) for s in range(k)]
+        self.combiner = Combiner(algo, learner.loss, learner.loss_param, learner.n_outputs, k, "m", "run", scalars)
+        self.lose, self.repeat = set(lose), set(repeat)
+        self.predictions, self.feedback_queue = [], []
+
+    def run(self, items, batch=16):
+        for lo in range(0, len(items), batch):
+            per_shard, _ = self.router.route(items[lo: lo + batch])
+            for shard, slices in zip(self.shards, per_shard):
+                self._combine(shard.add(slices))
+            self._deliver()
+        while self.feedback_queue:
+            self._deliver()
+
+    def _combine(self, partials):
+        for done in self.combiner.add(partials):
+            self.predictions.append(done.prediction)
+            seq = done.feedback["seq"]
+            if seq not in self.lose:
+                self.feedback_queue.append(done.feedback)
+            if seq in self.repeat:
+                self.feedback_queue.append(done.feedback)
+
+    def _deliver(self):
+        records, self.feedback_queue = self.feedback_queue, []
+        for shard in self.shards:
+            self._combine(shard.feedback(records))
+
+
+def merged_arrays(loop, n_coords):
+    sharded = ShardedLearner.__new__(ShardedLearner)
+    sharded.algorithm, sharded.n_outputs = loop.shards[0].algorithm, loop.shards[0].shard.state.arrays["P"].shape[1]
+    sharded.shards, sharded.scalars = [s.shard for s in loop.shards], loop.combiner.scalars
+    return sharded.merged_state(n_coords)
+
+
+def in_one_process(events: list[dict], topic: str, k: int, staleness: int = 0) -> list[float]:
+    """The scores sharded mode gives ``events`` (one partition of ``topic``,
+    in offset order) with ScInOL2 and the logistic loss, the pipeline's
+    defaults, run in one process."""
+    loop = Loop(make_learner("scinol2", "logistic"), k, staleness)
+    loop.run([(Position(topic, 0, i), e) for i, e in enumerate(events)])
+    assert [p["event_id"] for p in loop.predictions] == [e["id"] for e in events]
+    return [p["score"] for p in loop.predictions]
