@@ -180,8 +180,13 @@ class RegistryAccess(NamedTuple):
 
     @property
     def config(self) -> dict:
-        """SchemaRegistryClient settings that trust it and authenticate."""
-        return {"basic.auth.user.info": f"{self.user}:{self.password}", "ssl.ca.location": self.ca_file}
+        """SchemaRegistryClient settings that trust it and authenticate, with
+        the request timeout the pipeline sets (schemas.registry): Confluent's
+        client has none by default, and Apicurio was seen to leave one
+        request of a keep-alive connection unanswered, which hung a test
+        for good instead of being retried."""
+        return {"basic.auth.user.info": f"{self.user}:{self.password}", "ssl.ca.location": self.ca_file,
+                "timeout": 10}
 
 
 @pytest.fixture(scope="session")
