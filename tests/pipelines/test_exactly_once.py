@@ -9,6 +9,7 @@ transactions but shows aborted data to read_committed consumers, so there
 the option is at-least-once (the last test keeps that statement honest)."""
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +115,7 @@ def test_a_transaction_aborted_by_a_paused_broker_is_written_again_once(apache_k
         out.commit([(b"a", None)], {source: 1})
         pause = threading.Thread(target=pause_process, args=(apache_kafka_broker.process.pid, 6.0))
         pause.start()
+        time.sleep(0.5)  # stopped before the batch is queued: its messages cannot be delivered in time
         try:
             with caplog.at_level("INFO", logger="pipelines.kafka"):
                 out.commit([(b"b%d" % i, None) for i in range(50)], {source: 2})
