@@ -49,5 +49,6 @@ def test_many_batches_keep_order_and_line_ids(tmp_path):
     with open(path, "w") as f:
         for i in range(30_000):
             f.write(f"{rng.choice([-1, 1])} {i % 97 + 1}:{rng.normal():.6g}\n")
-    ids = [Codec().decode(v)["id"] for v in file_values(open_reader(path, None), "default", Codec(), None)]
+    codec = Codec()
+    ids = [codec.decode(v)["id"] for v in file_values(open_reader(path, None), "default", codec, None)]
     assert ids == [f"many.libsvm:{line}" for line in range(1, 30_001)]
