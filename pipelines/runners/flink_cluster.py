@@ -284,6 +284,12 @@ class FlinkSessionCluster:
             # managed memory only serves batch sorting: keep it small.
             "taskmanager.memory.managed.size": "128m",
             "rest.address": HOST, "rest.bind-address": HOST, "rest.port": self.rest_port,
+            # Working folders (the TaskManagers' blob caches: ~160 MB of job jar
+            # per job) inside this cluster's folder, which stop() removes. By
+            # default they are /tmp/tm_<resource id>, kept across clusters,
+            # and a TaskManager starting on gigabytes of old jars took ~30 s
+            # per blob cache to come up.
+            "process.working-dir": str(self.dir / "work"),
             "state.backend.type": "hashmap",
             "state.checkpoints.dir": checkpoints.resolve().as_uri(),
             "state.savepoints.dir": (self.dir / "savepoints").resolve().as_uri(),

@@ -41,6 +41,9 @@ def test_cluster_up_failover_and_down(flink_home):
         pids = cluster.taskmanager_pids()
         assert len(pids) == 2 and cluster.jobmanager.pid not in pids
         assert set(pids) | {cluster.jobmanager.pid} <= set(jvms_of(folder))
+        # Their working folders (blob caches of job jars) live in the cluster's folder, removed at
+        # down, not in /tmp/tm_<id>, where they piled up and slowed every later start.
+        assert sorted(p.name for p in (folder / "work").glob("tm_*")) == ["tm_scinol-tm-0", "tm_scinol-tm-1"]
 
         victim = pids[0]
         cluster.kill_taskmanager(victim)
@@ -52,6 +55,7 @@ def test_cluster_up_failover_and_down(flink_home):
         new_pid = cluster.add_taskmanager()
         assert new_pid in cluster.taskmanager_pids() and len(cluster.taskmanager_pids()) == 2
         assert "scinol-tm-2" in {tm["id"] for tm in cluster.registered_taskmanagers()}
+        assert (folder / "work" / "tm_scinol-tm-2").is_dir()
     began = time.monotonic()
     deadline = began + 10
     while jvms_of(folder) and time.monotonic() < deadline:
