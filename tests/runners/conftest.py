@@ -50,7 +50,7 @@ def prism_binary():
 @pytest.fixture(scope="session")
 def flink_cluster(flink_home):
     """A session cluster with 2 TaskManagers (1 slot each), shared by the
-    test modules that submit to one (it takes over a minute to start); the
+    test modules that submit to one (about 20 s to start on 2 cores); the
     fixture below hands it to each test clean and whole."""
     from pipelines.runners.flink_cluster import FlinkSessionCluster
 
