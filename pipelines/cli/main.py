@@ -51,13 +51,14 @@ def _user_errors() -> tuple:
     from pipelines.kafka.admin import BrokerUnavailable, TopicSetupError
     from pipelines.kafka.broker import BrokerError
     from pipelines.kafka.consumer import TopicMissing
+    from pipelines.kafka.errors import KafkaConnectionError
     from pipelines.kafka.transactions import TransactionsUnsupported
     from pipelines.records.datafiles import DataError
     from pipelines.state.resume import ResumeRefused
     from schemas.registry import SchemaRegistryError
 
     return (UsageError, DataError, StateFileError, LabelError, BrokerError, BrokerUnavailable, TopicMissing,
-            ResumeRefused, SchemaRegistryError, TopicSetupError, TransactionsUnsupported)
+            ResumeRefused, SchemaRegistryError, TopicSetupError, TransactionsUnsupported, KafkaConnectionError)
 
 
 def main(argv=None) -> int:

@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from .consumer import TopicMissing, consumer_settings, end_offsets_by_fetch, topic_partitions
+from .errors import KafkaConnectionError, describe_kafka_error, is_decisive
 from .health import quiet
 
 log = logging.getLogger(__name__)
@@ -46,11 +47,14 @@ class KafkaAdmin:
         self.bootstrap = bootstrap
         self.config = dict(config or {})
         self.last_error: str | None = None  # the latest error the client reported (e.g. "Connection refused")
+        self.refusal = None  # the first error retrying will not cure (a refused login, an untrusted certificate)
         settings = quiet({"bootstrap.servers": bootstrap, "error_cb": self._error, **self.config})
         self.client = AdminClient(settings)
 
     def _error(self, err) -> None:
         self.last_error = err.str()
+        if self.refusal is None and is_decisive(err):
+            self.refusal = err
 
     def partitions(self, topic: str, timeout: float = 10.0) -> list[int]:
         """The topic's partitions (TopicMissing if it has none)."""
@@ -137,7 +141,9 @@ class KafkaAdmin:
     def wait_until_ready(self, timeout: float = 30.0, say=None) -> None:
         """Block until the broker answers a metadata request, retrying with
         back-off; ``say(line)`` is told once when it does not answer at first.
-        BrokerUnavailable after ``timeout`` seconds."""
+        BrokerUnavailable after ``timeout`` seconds; KafkaConnectionError at
+        once, naming the broker and the cause, when it refuses the login or
+        its certificate is not trusted (waiting would not change that)."""
         deadline = time.monotonic() + timeout
         delay, last, told = 0.1, None, False
         while True:
@@ -147,6 +153,8 @@ class KafkaAdmin:
             except Exception as exc:  # KafkaException while nothing answers at the address
                 self.client.poll(0)  # serve the error callback: it names the cause ("Connection refused")
                 last = self.last_error or _kafka_reason(exc)
+            if self.refusal is not None:
+                raise KafkaConnectionError(describe_kafka_error(self.refusal, self.bootstrap, self.config))
             if time.monotonic() + delay > deadline:
                 raise BrokerUnavailable(f"no Kafka broker answers at {self.bootstrap} (tried for {timeout:.0f} s; "
                                         f"last error: {last})")

@@ -50,10 +50,13 @@ def describe_kafka_error(error, bootstrap: str, config: dict | None = None) -> s
 
 
 def _describe_login(broker: str, text: str, config: dict) -> str:
-    user, mechanism = config.get("sasl.username", "?"), config.get("sasl.mechanisms", "?")
+    user = config.get("sasl.username", "?")
+    mechanism = config.get("sasl.mechanisms", config.get("sasl.mechanism", "?"))  # librdkafka takes both
     if "invalid credentials" in text:
         return f"{broker} rejected the SASL login of user {user!r} ({mechanism}): wrong user name or password"
     offered = re.search(r"supported mechanisms: ([\w,-]+)", text)
+    if offered and mechanism in offered.group(1).split(","):  # tansu's reply when it has no SASL at all
+        return f"{broker} refused the SASL handshake for {mechanism}, though it names it (is SASL enabled there?)"
     if offered:
         return f"{broker} does not offer SASL mechanism {mechanism} (it offers {offered.group(1)})"
     return f"{broker}: SASL login of user {user!r} failed: {text}"
@@ -110,9 +113,13 @@ def check_connection(bootstrap: str, config: dict | None = None, timeout: float 
     raise KafkaConnectionError(line)
 
 
+def is_decisive(error) -> bool:
+    """A ``KafkaError`` retrying will not cure (a refused login, an untrusted certificate)."""
+    return error.name() in _PRIORITY[:3]
+
+
 def _decisive(errors: list) -> bool:
-    """An error retrying will not cure (a refused login, an untrusted certificate)."""
-    return any(e.name() in _PRIORITY[:3] for e in errors)
+    return any(is_decisive(e) for e in errors)
 
 
 def _worst_line(errors: list, log_lines: list[str], bootstrap: str, config: dict) -> str:

@@ -4,6 +4,7 @@ and checkpoint headers read back by the demo, the tests and benchmarks."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from typing import Callable, Iterable
@@ -12,6 +13,8 @@ from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.kafka.consumer import read_topic
 from pipelines.kafka.producer import KafkaWriter, produce_stream
 from schemas.codec import Codec
+
+log = logging.getLogger(__name__)
 
 
 def produce_events(bootstrap: str, topic: str, events: Iterable[dict], **options) -> tuple[int, float]:
@@ -35,7 +38,9 @@ def produce_values(bootstrap: str, topic: str, encoded: Callable[[Codec], Iterab
     from tqdm import tqdm
 
     spec = TopicSpec(topic, partitions or 1, **(topic_spec or {}))
-    n_partitions = KafkaAdmin(bootstrap, kafka_config).ensure_topics([spec])[topic]
+    admin = KafkaAdmin(bootstrap, kafka_config)
+    admin.wait_until_ready(say=log.warning)  # a refused login or an absent broker: one line, not a traceback
+    n_partitions = admin.ensure_topics([spec])[topic]
     values = encoded(Codec(registry))
     writer = KafkaWriter(bootstrap, topic, {"linger.ms": 20, **(kafka_config or {})})
     bar = tqdm(total=total, unit=" events", disable=not progress, file=sys.stderr, mininterval=0.5,

@@ -302,3 +302,60 @@ def test_secrets_never_reach_logs_or_errors(kafka_bootstrap, topic_name, tmp_pat
         assert SECRET not in r.stdout + r.stderr
     cfg = RunConfig(bootstrap="b", topic="t", predictions_topic="p", kafka_config={"sasl.password": SECRET})
     assert SECRET not in repr(cfg) and SECRET not in str(cfg)
+
+
+# --------------------------------------------------------------------------- the pipeline on SASL/SCRAM over TLS
+
+@pytest.fixture(scope="module")
+def secure_kafka():
+    """Apache Kafka with SASL/SCRAM over TLS on its client listener (a CA made for the test)."""
+    from pipelines.kafka.apache_broker import ApacheKafkaBroker
+    from tests.kafka.test_apache_broker import _started
+
+    broker = _started(ApacheKafkaBroker(secure=True))
+    yield broker
+    broker.stop()
+
+
+def _properties(path: pathlib.Path, settings: dict) -> str:
+    path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+    return str(path)
+
+
+@pytest.mark.slow
+def test_scinol_run_on_sasl_scram_over_tls_and_its_two_refusals(secure_kafka, topic_name, tmp_path):
+    """The right credentials: the run learns and predicts every event. A
+    wrong password (to ``scinol run`` or ``scinol produce``), or a CA that
+    did not sign the broker's certificate: one line naming the broker and
+    the cause, at once (no 30 s of retries), no traceback, no password."""
+    from pipelines.records.events import generated_events
+    from pipelines.records.topics import produce_events
+    from pipelines.kafka.tls import make_ca
+
+    bootstrap, right = secure_kafka.bootstrap, secure_kafka.client_config()
+    produce_events(bootstrap, topic_name, generated_events("toy", 200, 0), kafka_config=right, progress=False)
+    run_args = ["run", "--bootstrap", bootstrap, "--topic", topic_name, "--predictions-topic", topic_name + ".pred",
+                "--bounded", "--checkpoint-dir", str(tmp_path / "ckpt")]
+    ok = run_cli(*run_args, "--kafka-config-file", _properties(tmp_path / "right.properties", right))
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "200 messages read, 200 predictions written, 0 dead letters" in ok.stderr
+
+    wrong_password = "not-the-password-" + SECRET
+    wrong = run_cli(*run_args, "--kafka-config-file",
+                    _properties(tmp_path / "wrong.properties", {**right, "sasl.password": wrong_password}))
+    (tmp_path / "rows.csv").write_text("y,a\n1,2\n0,3\n")
+    wrong_produce = run_cli("produce", "--bootstrap-server", bootstrap, "--topic", topic_name, "--kafka-config-file",
+                            str(tmp_path / "wrong.properties"), str(tmp_path / "rows.csv"))
+    other_ca = make_ca(tmp_path / "other-ca", "some other CA")
+    untrusted = run_cli(*run_args, "--kafka-config-file",
+                        _properties(tmp_path / "ca.properties", {**right, "ssl.ca.location": other_ca}))
+    assert wrong.stderr.splitlines()[-1] == (f"scinol: error: Kafka broker {bootstrap} rejected the SASL login of "
+                                             f"user 'scinol' (SCRAM-SHA-512): wrong user name or password")
+    assert wrong_produce.stderr == wrong.stderr.splitlines()[-1] + "\n"
+    assert untrusted.stderr.splitlines()[-1] == (f"scinol: error: Kafka broker {bootstrap} presented a TLS certificate "
+                                                 f"signed by no CA in ssl.ca.location ({other_ca}): untrusted "
+                                                 f"certificate")
+    for refused in (wrong, wrong_produce, untrusted):
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr and "retrying" not in refused.stderr
+    for r in (ok, wrong, wrong_produce, untrusted):
+        assert right["sasl.password"] not in r.stdout + r.stderr and wrong_password not in r.stdout + r.stderr
