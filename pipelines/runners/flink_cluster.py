@@ -262,7 +262,7 @@ class FlinkSessionCluster:
             log.close()
 
     def _write_conf(self) -> None:
-        for sub in ("conf", "log", "pid"):
+        for sub in ("conf", "log", "pid", "tmp"):
             (self.dir / sub).mkdir()
         checkpoints = self.checkpoint_dir or self.dir / "checkpoints"
         checkpoints.mkdir(parents=True, exist_ok=True)
@@ -290,6 +290,9 @@ class FlinkSessionCluster:
             # and a TaskManager starting on gigabytes of old jars took ~30 s
             # per blob cache to come up.
             "process.working-dir": str(self.dir / "work"),
+            # and their scratch files too (each JVM unpacks a 22 MB RPC jar
+            # there, left behind when the JVM is killed)
+            "io.tmp.dirs": str(self.dir / "tmp"),
             "state.backend.type": "hashmap",
             "state.checkpoints.dir": checkpoints.resolve().as_uri(),
             "state.savepoints.dir": (self.dir / "savepoints").resolve().as_uri(),

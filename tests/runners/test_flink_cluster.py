@@ -44,6 +44,7 @@ def test_cluster_up_failover_and_down(flink_home):
         # Their working folders (blob caches of job jars) live in the cluster's folder, removed at
         # down, not in /tmp/tm_<id>, where they piled up and slowed every later start.
         assert sorted(p.name for p in (folder / "work").glob("tm_*")) == ["tm_scinol-tm-0", "tm_scinol-tm-1"]
+        assert len(list((folder / "tmp").glob("flink-rpc-akka*.jar"))) == 3  # each JVM's scratch files too
 
         victim = pids[0]
         cluster.kill_taskmanager(victim)
