@@ -64,6 +64,29 @@ def test_repeated_feedback_is_ignored():
             np.testing.assert_array_equal(a.shard.state.arrays[name], b.shard.state.arrays[name])
 
 
+def test_partials_in_any_order_and_sent_twice_give_the_same_bits():
+    """The Combiner adds the K partial sums in shard order, whatever order
+    they arrive in, and a shard's partial that comes twice (a replay)
+    counts once: it neither stands in for a missing shard nor adds twice."""
+    _, _, items = stream(12)
+    loop = Loop(make_learner("scinol2", "logistic"), 3, staleness=64)  # partials of all 12 without feedback
+    per_shard, _ = loop.router.route(items)
+    partials = [p for shard, slices in zip(loop.shards, per_shard) for p in shard.add(slices)]
+    assert len(partials) == 3 * 12
+
+    def scores(order):
+        fresh = Loop(make_learner("scinol2", "logistic"), 3, staleness=64)
+        out = [c.prediction for batch in order for c in fresh.combiner.add(batch)]
+        assert [p["event_id"] for p in out] == [e["id"] for _, e in items]
+        return [p["score"] for p in out]
+
+    in_order = scores([partials])
+    shuffled = [partials[i] for i in np.random.default_rng(1).permutation(len(partials))]
+    twice = [shuffled[:20] + shuffled[5:15], shuffled[20:] + shuffled[:20]]  # repeats before and after the rest
+    assert scores([[p] for p in shuffled]) == in_order  # bit for bit
+    assert scores(twice) == in_order
+
+
 def test_lost_feedback_is_reported_and_skipped_without_stalling():
     X, y, items = stream(300, unlabelled_every=10**9)
     loop = Loop(make_learner("scinol2", "logistic"), 4, staleness=3, lose={50})
