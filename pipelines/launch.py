@@ -171,10 +171,7 @@ class SessionJob:
         """Cancel the job's Flink jobs that have not ended, and wait for them
         to end (before the job server and a LOOPBACK harness go away: tasks
         cancel cleanly only while their SDK harness answers). Their ids."""
-        found = flink_rest.live_jobs_named(self.master, self.job_name)
-        for job_id in found:
-            flink_rest.cancel_job(self.master, job_id, timeout)
-        return found
+        return flink_rest.cancel_live_jobs(self.master, self.job_name, timeout)
 
     def cancel(self):
         try:

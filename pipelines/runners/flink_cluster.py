@@ -199,10 +199,7 @@ class FlinkSessionCluster:
 
     def cancel_live_jobs(self, timeout: float = 60.0) -> list[str]:
         """Cancel every job that has not ended and wait for each to end; their ids."""
-        live = [job["jid"] for job in self.jobs() if job["state"] not in flink_rest.ENDED]
-        for job_id in live:
-            self.cancel_job(job_id, timeout)
-        return live
+        return flink_rest.cancel_live_jobs(self.master, timeout=timeout)
 
     def _start_taskmanager(self) -> str:
         resource_id = f"scinol-tm-{self._next_tm}"

@@ -42,9 +42,13 @@ def jobs(master: str) -> list[dict]:
     return rest(master, "/jobs/overview")["jobs"]
 
 
-def live_jobs_named(master: str, name: str) -> list[str]:
-    """The ids of the jobs called ``name`` that have not ended."""
-    return [job["jid"] for job in jobs(master) if job["name"] == name and job["state"] not in ENDED]
+def cancel_live_jobs(master: str, name: str | None = None, timeout: float = 60.0) -> list[str]:
+    """Cancel the jobs that have not ended (those called ``name``, or all),
+    waiting for each to end; their ids."""
+    live = [job["jid"] for job in jobs(master) if name in (None, job["name"]) and job["state"] not in ENDED]
+    for job_id in live:
+        cancel_job(master, job_id, timeout)
+    return live
 
 
 def cancel_job(master: str, job_id: str, timeout: float = 60.0) -> None:
