@@ -74,7 +74,7 @@ class TransactionalOutput:
     replaced (see :meth:`commit`)."""
 
     def __init__(self, bootstrap: str, topic: str, name: str, config: dict | None = None, timeout: float = 60.0,
-                 ride_out: float = 60.0):
+                 ride_out: float = 180.0):
         self.group = f"scinol-eos-{name}"
         self.bootstrap, self.config = bootstrap, dict(config or {})
         self.timeout, self.ride_out = timeout, ride_out
