@@ -15,6 +15,7 @@ import zipfile
 import numpy as np
 import pytest
 
+from tests.kafka.test_apache_broker import secure_broker  # noqa: F401 - a fixture (SASL/SCRAM over TLS)
 from tests.support.faultkit import REPO
 from learners import OnlineLearner, make_learner
 from learners.state import StateFileError
@@ -306,24 +307,13 @@ def test_secrets_never_reach_logs_or_errors(kafka_bootstrap, topic_name, tmp_pat
 
 # --------------------------------------------------------------------------- the pipeline on SASL/SCRAM over TLS
 
-@pytest.fixture(scope="module")
-def secure_kafka():
-    """Apache Kafka with SASL/SCRAM over TLS on its client listener (a CA made for the test)."""
-    from pipelines.kafka.apache_broker import ApacheKafkaBroker
-    from tests.kafka.test_apache_broker import _started
-
-    broker = _started(ApacheKafkaBroker(secure=True))
-    yield broker
-    broker.stop()
-
-
 def _properties(path: pathlib.Path, settings: dict) -> str:
     path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
     return str(path)
 
 
 @pytest.mark.slow
-def test_scinol_run_on_sasl_scram_over_tls_and_its_two_refusals(secure_kafka, topic_name, tmp_path):
+def test_scinol_run_on_sasl_scram_over_tls_and_its_two_refusals(secure_broker, topic_name, tmp_path):  # noqa: F811
     """The right credentials: the run learns and predicts every event. A
     wrong password (to ``scinol run`` or ``scinol produce``), or a CA that
     did not sign the broker's certificate: one line naming the broker and
@@ -332,7 +322,7 @@ def test_scinol_run_on_sasl_scram_over_tls_and_its_two_refusals(secure_kafka, to
     from pipelines.records.topics import produce_events
     from pipelines.kafka.tls import make_ca
 
-    bootstrap, right = secure_kafka.bootstrap, secure_kafka.client_config()
+    bootstrap, right = secure_broker.bootstrap, secure_broker.client_config()
     produce_events(bootstrap, topic_name, generated_events("toy", 200, 0), kafka_config=right, progress=False)
     run_args = ["run", "--bootstrap", bootstrap, "--topic", topic_name, "--predictions-topic", topic_name + ".pred",
                 "--bounded", "--checkpoint-dir", str(tmp_path / "ckpt")]
