@@ -17,6 +17,7 @@ from pipelines.config import RunConfig
 from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.kafka.transactions import TransactionalOutput
 from pipelines.runners import flink_rest
+from pipelines.runners.harness import end_bundles_promptly
 from pipelines.state.resume import ResumePoint, check_resume, resume_exact, resume_sharded, source_of, supersede
 from pipelines.steps import NAMESPACE
 
@@ -144,6 +145,7 @@ def start(cfg: RunConfig):
         cloud.job_name = cloud.job_name or f"scinol-{cfg.topic}-{uuid.uuid4().hex[:8]}"
     p = beam.Pipeline(runner=runner, options=options)
     build(p, cfg, point)
+    end_bundles_promptly()  # for harnesses in this process: the in-process runner's, LOOPBACK's
     result = p.run()
     return result if master is None else SessionJob(result, master, options.view_as(GoogleCloudOptions).job_name)
 

@@ -234,18 +234,23 @@ class FlinkSessionCluster:
     # ------------------------------------------------------------------ processes and configuration
 
     def _start_worker_pool(self) -> None:
-        """Beam's worker pool: it starts one ``python -c ...SdkHarness`` per
-        StartWorker call (one per TaskManager per job), running ``python``
-        from PATH, so this interpreter's folder goes first and the project
-        on PYTHONPATH (an installed package needs neither)."""
+        """Beam's worker pool: it starts one SDK harness process per
+        StartWorker call (one per TaskManager per job), the
+        ``sdk-harness`` script in the cluster's folder, which runs
+        :mod:`pipelines.runners.harness` with this interpreter and the
+        project on PYTHONPATH (an installed package needs no path)."""
         import sys
 
         self.pool_port = _free_port()
         root = str(Path(__file__).resolve().parents[2])
         env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        harness = self.dir / "sdk-harness"
+        harness.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pipelines.runners.harness "$@"\n')
+        harness.chmod(0o755)
         self.pool = self._spawn("worker-pool", [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-                                                f"--service_port={self.pool_port}"], env, flink_bin=False)
+                                                f"--service_port={self.pool_port}",
+                                                f"--container_executable={harness}"], env, flink_bin=False)
 
     def _spawn(self, name: str, argv: list[str], env: dict | None = None, flink_bin: bool = True) -> subprocess.Popen:
         env = {**os.environ, "FLINK_CONF_DIR": str(self.dir / "conf"), "FLINK_LOG_DIR": str(self.dir / "log"),

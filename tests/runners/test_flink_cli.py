@@ -83,6 +83,10 @@ def test_up_run_twice_status_and_down(tmp_path, flink_home, flink_job_server_jar
         with urllib.request.urlopen(f"http://localhost:{port}/jobs/overview", timeout=10) as resp:
             jobs = json.load(resp)["jobs"]
         assert [j["state"] for j in jobs] == ["FINISHED"]  # it ran on this cluster, not an embedded one
+        # the pool ran each TaskManager's worker as pipelines.runners.harness (bundles end promptly)
+        pool_log = Path(state["dir"], "log", "worker-pool.out").read_text()
+        started = [line for line in pool_log.splitlines() if "Starting worker with command" in line]
+        assert len(started) >= 2 and all(f"['{state['dir']}/sdk-harness', '--id=" in line for line in started)
 
         again = scinol("flink", "up", "--taskmanagers", "2", "--state-dir", state_dir)
         assert again.returncode == 0 and again.stdout == first.stdout
