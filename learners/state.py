@@ -126,11 +126,21 @@ def write_state(raw, state: LearnerState, header: dict, aux: dict[str, np.ndarra
         "aux_arrays": _specs(aux),
     }
     with zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED) as zf:
-        zf.writestr("header.json", json.dumps(meta, indent=1, sort_keys=True))
+        zf.writestr(_member_info("header.json"), json.dumps(meta, indent=1, sort_keys=True))
         for name, arr in {**state.arrays, **aux}.items():
             buf = io.BytesIO()
             np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
-            zf.writestr(f"{name}.npy", buf.getvalue())
+            zf.writestr(_member_info(f"{name}.npy"), buf.getvalue())
+
+
+def _member_info(name: str) -> zipfile.ZipInfo:
+    """A member dated 1980-01-01 (zip's earliest date) rather than now, so
+    that a state's file is the same bytes whenever it is written: two
+    snapshots of one model compare equal, even across a clock tick."""
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_STORED
+    info.external_attr = 0o600 << 16  # what writestr gives a member named by a string
+    return info
 
 
 def load_state(path: str, max_bytes: int = MAX_STATE_BYTES) -> tuple[LearnerState, dict]:

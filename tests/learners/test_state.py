@@ -3,6 +3,7 @@ bit-identically."""
 
 import io
 import json
+import time
 import zipfile
 
 import numpy as np
@@ -93,3 +94,13 @@ def test_save_is_atomic_and_leaves_no_temp_files(tmp_path):
     model.save(str(path))  # overwrite in place
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.scinol"]
     assert OnlineLearner.load(str(path)).n_examples == 8
+
+
+def test_the_same_state_is_the_same_bytes_at_any_time(tmp_path, monkeypatch):
+    model = make_learner("scinol2", "logistic")
+    model.learn(np.random.default_rng(0).normal(size=(20, 3)), np.ones(20))
+    model.save(str(tmp_path / "now.scinol"))
+    later = time.time() + 3 * 86400 + 7  # zip dates members to 2 s: a clock tick between two writes
+    monkeypatch.setattr(time, "time", lambda: later)
+    model.save(str(tmp_path / "later.scinol"))
+    assert (tmp_path / "now.scinol").read_bytes() == (tmp_path / "later.scinol").read_bytes()
