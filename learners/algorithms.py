@@ -196,6 +196,29 @@ class Algorithm:
         K.update_row(self.spec.code, self._prm, self._glob_from(scalars), state.arrays["P"], state.arrays["Q"],
                      indices, data, bias, feedback, memo)
 
+    def predict_rows(self, state, indptr, indices, data, scalars, learning):
+        """:meth:`predict` of each row of a CSR block (no bias column) with one
+        state and one set of scalars, in one compiled call: ((rows, ŷ and
+        extras) sums, the weights used, indexed like ``indices``)."""
+        P = state.arrays["P"]
+        sums = np.empty((indptr.shape[0] - 1, P.shape[1] + K.N_EXTRAS))
+        w = np.empty((indices.shape[0], P.shape[1]))
+        K.predict_rows(self.spec.code, self._prm, self._glob_from(scalars), P, state.arrays["Q"], indptr, indices,
+                       data, learning, sums, w)
+        return sums, w
+
+    def update_rows(self, state, indptr, indices, data, globs, feedback, has_feedback, memo, first_row):
+        """:meth:`update` of rows ``first_row``... of a block :meth:`predict_rows`
+        gave ``memo`` for (``indptr`` their window of its offsets), in order;
+        row i with the scalars ``globs[i]`` (:meth:`scalar_row` order) and
+        ``feedback[i]``, where ``has_feedback[i]``."""
+        K.update_rows(self.spec.code, self._prm, globs, state.arrays["P"], state.arrays["Q"], indptr, indices, data,
+                      feedback, has_feedback, memo)
+
+    def scalar_row(self, scalars) -> list[float]:
+        """The global scalars in the order :meth:`update_rows` takes them."""
+        return [scalars[g] for g in self.spec.globals]
+
     def _glob_from(self, scalars) -> np.ndarray:
         return np.array([scalars[g] for g in self.spec.globals])
 

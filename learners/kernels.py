@@ -420,6 +420,31 @@ def update_row(a, prm, glob, P, Q, indices, data, bias, fb, w):
 
 
 @jit
+def predict_rows(a, prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    """``predict_row`` on each row of a CSR block with one state (pure):
+    out[i] = row i's partial ŷ then extra sums; w[p] the weights of entry p."""
+    n_out = P.shape[1]
+    t = glob[0] + 1.0
+    for i in range(indptr.shape[0] - 1):
+        start, end = indptr[i], indptr[i + 1]
+        _predict(a, prm, glob, P, Q, indices, data, start, end, False, False, t, learning[i], out[i, :n_out],
+                 out[i, n_out:], w[start:end])
+
+
+@jit
+def update_rows(a, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    """``update_row`` on each row of a CSR block, in order, row i with the
+    globals globs[i] and feedback fbs[i] of its own example; rows without
+    feedback (unlabelled, weight 0) are skipped. indptr may be a window of
+    a larger block: w is indexed like indices."""
+    for i in range(indptr.shape[0] - 1):
+        if has_fb[i]:
+            start, end = indptr[i], indptr[i + 1]
+            _update(a, prm, globs[i], P, Q, indices, data, start, end, False, False, fbs[i], w[start:end],
+                    P.shape[1])
+
+
+@jit
 def current_weights(a, prm, glob, P, Q):
     """The weights as the model stands, for inspection and export: what
     the model would predict with for a coordinate whose input does not grow
@@ -435,4 +460,5 @@ def current_weights(a, prm, glob, P, Q):
 
 drop_stale_cache("kernels", _learn_scinol1)
 
-__all__ = ["LEARN_ROWS", "predict_row", "combine_row", "loss_only", "update_row", "current_weights"]
+__all__ = ["LEARN_ROWS", "predict_row", "combine_row", "loss_only", "update_row", "predict_rows", "update_rows",
+           "current_weights"]

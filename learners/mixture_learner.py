@@ -132,6 +132,25 @@ class Mixture:
         MX.update_row(self._prm, self._glob(scalars), P, state.arrays["Q"], indices, data, bias, fb, memo,
                       float(feedback[-1]))
 
+    def predict_rows(self, state, indptr, indices, data, scalars, learning):
+        """:meth:`predict` row by row (the mixture has no block kernel)."""
+        rows = [self.predict(state, indices[indptr[i]:indptr[i + 1]], data[indptr[i]:indptr[i + 1]], False,
+                             scalars, bool(learning[i])) for i in range(indptr.shape[0] - 1)]
+        width = MX.N_BASES * state.arrays["P"].shape[1] + 1
+        sums = np.array([r[0] for r in rows]).reshape(len(rows), width)
+        return sums, [r[1] for r in rows]
+
+    def update_rows(self, state, indptr, indices, data, globs, feedback, has_feedback, memo, first_row):
+        """:meth:`update` row by row; ``memo`` is :meth:`predict_rows`'s list."""
+        for i in range(indptr.shape[0] - 1):
+            if has_feedback[i]:
+                lo, hi = indptr[i], indptr[i + 1]
+                scalars = dict(zip(MX.GLOBALS, globs[i]))
+                self.update(state, indices[lo:hi], data[lo:hi], False, scalars, feedback[i], memo[first_row + i])
+
+    def scalar_row(self, scalars) -> list[float]:
+        return [scalars[g] for g in MX.GLOBALS]
+
     # -- inspection ----------------------------------------------------------------
     def expert_weights(self, state) -> np.ndarray:
         """π_i, the current posterior weight of each expert (:data:`EXPERTS` order)."""

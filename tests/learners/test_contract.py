@@ -163,6 +163,59 @@ def test_shards_equal_one_learner(name, loss, k):
     assert merged.scalars == pytest.approx(single.state.scalars, rel=1e-12)
 
 
+@pytest.mark.parametrize("name,loss", cases())
+def test_block_calls_equal_row_calls_bit_for_bit(name, loss):
+    """A shard predicts a block of events in one call (predict_rows) and
+    updates a run of them in one (update_rows): the same arithmetic as
+    predict / update event by event, here with coordinates repeated across
+    rows, zeros, unlabelled rows and each row's own scalars and feedback."""
+    from learners.losses import loss_code, prepare_labels
+
+    algorithm = make_algorithm(name)
+    if not algorithm.shardable:
+        return
+    rng, X, y = data(5, loss, n=60, d=6, log10_scale=(-1.0, 1.0))
+    warm = model(name, loss)
+    warm.learn(X[:40], y[:40])
+    state = warm.state
+    n, K = 9, state.arrays["P"].shape[1]
+    lengths = rng.integers(0, 5, size=n)
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    indices = rng.integers(0, state.n_coords, size=indptr[-1]).astype(np.int64)
+    data_ = np.where(rng.random(indptr[-1]) < 0.2, 0.0, rng.normal(size=indptr[-1]) * 3.0)
+    learning = rng.random(n) < 0.8
+    labels_ = prepare_labels(loss, y[40:40 + n], K)
+
+    def rows(i):
+        return indices[indptr[i]:indptr[i + 1]], data_[indptr[i]:indptr[i + 1]]
+
+    scalars = dict(state.scalars)
+    one = [algorithm.predict(state, *rows(i), False, scalars, bool(learning[i])) for i in range(n)]
+    sums, memo = algorithm.predict_rows(state, indptr, indices, data_, scalars, learning)
+    np.testing.assert_array_equal(sums, np.array([s for s, _ in one]))
+
+    feedback, globs, at = [], [], []
+    for i in range(n):  # the Combiner's work: each row's feedback, and the scalars after it
+        _, _, fb = algorithm.combine(scalars, one[i][0], labels_[i] if learning[i] else np.nan, loss_code(loss))
+        feedback.append(fb)
+        globs.append(algorithm.scalar_row(scalars))
+        at.append(dict(scalars))
+    by_row = state.copy()
+    for i in range(n):
+        if feedback[i] is not None:
+            algorithm.update(by_row, *rows(i), False, at[i], feedback[i], one[i][1])
+    width = max(len(f) for f in feedback if f is not None)
+    fbs = np.array([np.zeros(width) if f is None else f for f in feedback])
+    has = np.array([f is not None for f in feedback])
+    by_block = state.copy()  # in two runs, as feedback comes: rows 0-1, then the rest (a window of the block)
+    algorithm.update_rows(by_block, indptr[:3], indices, data_, np.array(globs[:2]), fbs[:2], has[:2], memo, 0)
+    algorithm.update_rows(by_block, indptr[2:], indices, data_, np.array(globs[2:]), fbs[2:], has[2:], memo, 2)
+    assert has.any() and not has.all()
+    for key, arr in by_row.arrays.items():
+        np.testing.assert_array_equal(by_block.arrays[key], arr, err_msg=key)
+    assert not all(np.array_equal(arr, state.arrays[key]) for key, arr in by_row.arrays.items())  # it learned
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_learner_learns_something(name):
     rng = np.random.default_rng(9)
