@@ -51,7 +51,8 @@ class Shard:
         self._slot[self.coords] = np.arange(self.n)
 
     def local_indices(self, coords: np.ndarray) -> np.ndarray:
-        """Local slots of global ``coords`` (distinct), adding the new ones."""
+        """Local slots of global ``coords``, adding the new ones in the order
+        they first appear (a block of rows may name a coordinate twice)."""
         top = int(coords.max(initial=-1)) + 1
         if top > self._slot.shape[0]:
             grown = np.full(max(top, 2 * self._slot.shape[0]), -1, dtype=np.int64)
@@ -61,7 +62,10 @@ class Shard:
         new = slots < 0
         if new.any():
             fresh = coords[new]
-            slots[new] = self._slot[fresh] = np.arange(self.n, self.n + fresh.shape[0])
+            _, first = np.unique(fresh, return_index=True)
+            fresh = fresh[np.sort(first)]  # each once
+            self._slot[fresh] = np.arange(self.n, self.n + fresh.shape[0])
+            slots[new] = self._slot[coords[new]]
             if self.n + fresh.shape[0] > self.coords.shape[0]:
                 grown = np.zeros(max(self.n + fresh.shape[0], 2 * self.coords.shape[0]), dtype=np.int64)
                 grown[: self.n] = self.coords[: self.n]

@@ -55,26 +55,33 @@ from pipelines.records.predictions import (ProgressiveMetrics, labelled_predicti
 log = logging.getLogger(__name__)
 
 
-class Slice(NamedTuple):
-    """One shard's part of one event."""
+class Slices(NamedTuple):
+    """One shard's part of the consecutive events ``first``, ``first`` + 1...
+    of a model, as CSR rows (a row may be empty: every shard sees every event)."""
 
-    seq: int
-    event_id: str
+    first: int  # sequence number of row 0
+    event_ids: list[str]
+    indptr: np.ndarray
     coords: np.ndarray  # global coordinates owned by the shard (bias = coordinate 0)
     values: np.ndarray
-    learning: bool  # labelled: the shard will get a g to update with
-    head: tuple | None  # shard 0 only: (Position, event) for the Combiner
-    cut: bool = False  # shard 0 only: the Router saved its part of a checkpoint cut at this event
+    learning: np.ndarray  # per row: labelled, so the shard will get a g to update with
+    heads: list | None  # shard 0 only, per row: (Position, event) or a LateHead, for the Combiner
+    cut: int = 0  # shard 0 only: the sequence number at which the Router saved its part of a checkpoint cut
+
+    @property
+    def n(self) -> int:
+        return len(self.event_ids)
 
 
-class Partial(NamedTuple):
-    """A shard's partial sums for one event (ŷ part, then the extras)."""
+class Partials(NamedTuple):
+    """A shard's partial sums for the events ``first``, ``first`` + 1...: one
+    row each (ŷ part, then the extras). Shard −1: the end of the input."""
 
-    seq: int
+    first: int
     shard: int
     sums: np.ndarray
-    head: tuple | None
-    cut: bool = False  # see Slice.cut
+    heads: list | None
+    cut: int = 0  # see Slices.cut
 
 
 def label_partition(partition: int) -> int:
@@ -126,14 +133,13 @@ class Router:
             pending.dropped = []
         self.interactions = interactions
         """Feature crosses (learners.interactions), made here before the features are split."""
-        self.bias_shard = int(shards_of(np.zeros(1, dtype=np.int64), n_shards)[0])
         self.seq = seq
         self.cadence = Cadence()  # of the cuts the Router asks for, with delayed labels
         self.offsets = dict(offsets or {})
         """Next offset per (topic, partition) already in the sequence: events
         before it were learned before a restart and are skipped."""
 
-    def route(self, items: list[tuple]) -> tuple[list[list[Slice]], list]:
+    def route(self, items: list[tuple]) -> tuple[list[list[Slices]], list]:
         """(slices per shard, positions skipped as already learned)."""
         fresh, skipped = [], []
         for pos, event in items:
@@ -142,20 +148,20 @@ class Router:
             else:
                 fresh.append((pos, event))
         items = fresh
-        per_shard: list[list[Slice]] = [[] for _ in range(self.n_shards)]
+        per_shard: list[list[Slices]] = [[] for _ in range(self.n_shards)]
         if not items:
             return per_shard, skipped
         if self.pending is not None:
             items = [(pos, self.pending.with_early_label(event)) for pos, event in items]
         indptr, indices, data, y = self._rows([e for _, e in items])
-        coords = indices + self.bias
+        coords = indices.astype(np.int64) + self.bias
+        learning = ~np.isnan(y)
         for i, (pos, event) in enumerate(items):
-            lo, hi = indptr[i], indptr[i + 1]
-            learning = not math.isnan(y[i])
-            self._split(per_shard, event["id"], coords[lo:hi], data[lo:hi], learning, (pos, event))
-            if not learning and self.pending is not None:
+            if not learning[i] and self.pending is not None:
+                lo, hi = indptr[i], indptr[i + 1]
                 self._hold(pos, event, coords[lo:hi], data[lo:hi])
             self.offsets[(pos.topic, pos.partition)] = pos.offset + 1
+        self._split(per_shard, [e["id"] for _, e in items], indptr, coords, data, learning, items)
         if self.pending is not None:
             self.pending.expire()
         return per_shard, skipped
@@ -166,7 +172,8 @@ class Router:
         it, its state exactly there: the events and labels waiting, and the
         offsets of both topics it has taken in (early labels and dead
         letters included, which no event's feedback covers)."""
-        per_shard[0][-1] = per_shard[0][-1]._replace(cut=True)
+        last = per_shard[0][-1]
+        per_shard[0][-1] = last._replace(cut=last.first + last.n - 1)
         return self.part()
 
     def part(self) -> dict:
@@ -182,16 +189,30 @@ class Router:
             key = (o["topic"], int(o["partition"]))
             self.offsets[key] = max(self.offsets.get(key, 0), int(o["offset"]))
 
-    def _split(self, per_shard, event_id: str, c: np.ndarray, v: np.ndarray, learning: bool, head) -> None:
-        """One event under the next sequence number, as K slices (shard 0's with the head)."""
-        self.seq += 1
-        o = shards_of(c, self.n_shards)
+    def _split(self, per_shard, event_ids: list[str], indptr: np.ndarray, coords: np.ndarray, values: np.ndarray,
+               learning: np.ndarray, heads: list) -> None:
+        """CSR rows (global coordinates) as the next sequence numbers, one
+        Slices per shard (shard 0's with the heads), with numpy over the
+        whole batch: each row's entries keep their order, the constant
+        feature (coordinate 0) first in the shard that owns it."""
+        n = len(event_ids)
+        if not n:
+            return
+        first, self.seq = self.seq + 1, self.seq + n
+        row = np.repeat(np.arange(n), np.diff(indptr))
+        if self.bias:
+            coords = np.concatenate([np.zeros(n, dtype=np.int64), coords])
+            values = np.concatenate([np.ones(n), values])
+            row = np.concatenate([np.arange(n), row])
+        shard = shards_of(coords, self.n_shards)
+        order = np.argsort(shard * n + row, kind="stable")
+        ends = np.cumsum(np.bincount(shard, minlength=self.n_shards))
         for s in range(self.n_shards):
-            mine = o == s
-            cs, vs = c[mine], v[mine]
-            if self.bias and s == self.bias_shard:  # the constant feature, coordinate 0
-                cs, vs = np.concatenate([[0], cs]), np.concatenate([np.ones(1), vs])
-            per_shard[s].append(Slice(self.seq, event_id, cs, vs, learning, head if s == 0 else None))
+            take = order[ends[s - 1] if s else 0: ends[s]]
+            shard_indptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(row[take], minlength=n), out=shard_indptr[1:])
+            per_shard[s].append(Slices(first, event_ids, shard_indptr, coords[take], values[take], learning,
+                                       heads if s == 0 else None))
 
     def _hold(self, pos, event: dict, coords: np.ndarray, values: np.ndarray) -> None:
         """Keep an unlabelled event's hashed (and crossed) coordinates for
@@ -200,15 +221,15 @@ class Router:
             int(millis(event["timestamp"])), -1, 0.0, np.empty(0), coords.copy(), values.copy(),
             event.get("weight") or 1.0, Source(*pos[:3], getattr(pos, "key", None))))
 
-    def route_labels(self, items: list[tuple]) -> tuple[list[list[Slice]], list[dict], list]:
+    def route_labels(self, items: list[tuple]) -> tuple[list[list[Slices]], list[dict], list]:
         """(slices per shard, dead letters, label messages no event is
         routed for) for (message, Label record) pairs: each label whose
         event waits routes the event again, labelled, under the next
         sequence number; labels that cannot be used are dead letters with
         the exact mode's reasons; the others wait for their event (or were
         taken in before a restart)."""
-        per_shard: list[list[Slice]] = [[] for _ in range(self.n_shards)]
-        unrouted = []
+        per_shard: list[list[Slices]] = [[] for _ in range(self.n_shards)]
+        unrouted, heads = [], []
         for msg, record in items:
             if msg.offset < self.offsets.get((msg.topic, msg.partition), 0):
                 unrouted.append(msg)  # taken in before a restart
@@ -218,12 +239,19 @@ class Router:
                                            weight, msg)
             self.pending.expire()
             if match is not None:
-                head = LateHead(msg, match, tuple(self.pending.dropped))
+                heads.append(LateHead(msg, match, tuple(self.pending.dropped)))
                 self.pending.dropped.clear()
-                self._split(per_shard, match.event_id, match.event.indices, match.event.values, True, head)
             else:
                 unrouted.append(msg)
             self.offsets[(msg.topic, msg.partition)] = msg.offset + 1
+        if heads:
+            held = [h.match.event for h in heads]
+            indptr = np.zeros(len(heads) + 1, dtype=np.int64)
+            np.cumsum([e.indices.shape[0] for e in held], out=indptr[1:])
+            self._split(per_shard, [h.match.event_id for h in heads], indptr,
+                        np.concatenate([e.indices for e in held]).astype(np.int64),
+                        np.concatenate([e.values for e in held]).astype(np.float64), np.ones(len(heads), dtype=bool),
+                        heads)
         dead = [dead_letter(msg, reason, detail) for msg, reason, detail in self.pending.drain_unmatched()]
         return per_shard, dead, unrouted
 
@@ -236,20 +264,29 @@ class Router:
 
 
 class Flight(NamedTuple):
-    """An event a shard has predicted and awaits the feedback of."""
+    """Consecutive events a shard predicted together (one compiled call) and
+    awaits the feedback of; popped when the last one's is applied."""
 
-    seq: int
-    event_id: str
+    first: int  # sequence number of row 0
+    event_ids: list[str]
+    indptr: np.ndarray  # row offsets into slots and values
     slots: np.ndarray
     values: np.ndarray
-    weights: np.ndarray  # what predict used: the update needs them
-    learning: bool
-    position: tuple | None
+    memo: object  # the weights predict used, which the update needs (Algorithm.predict_rows)
+    learning: np.ndarray
+    positions: list | None  # shard 0: each row's Kafka position
     since: float
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.event_ids) - 1
 
 
 class ShardRunner:
-    """One feature shard of one model: its state and the events in flight."""
+    """One feature shard of one model: its state and the events in flight.
+    Events are predicted in blocks, as many as the staleness allows, and
+    updated in runs of consecutive feedback: one compiled call each, in
+    sequence order, the same arithmetic as one event at a time."""
 
     def __init__(self, algorithm, n_outputs: int, shard: int, staleness: int, scalars: dict,
                  state: LearnerState | None = None, coords: np.ndarray | None = None, applied: int = 0,
@@ -265,7 +302,8 @@ class ShardRunner:
         """Shard 0 (which sees every event's position): the next offset per
         (topic, partition) that events 1..applied cover."""
         self.learned = learned  # labelled events among 1..applied (the model version)
-        self.queue: deque[Slice] = deque()
+        self.queue: deque[list] = deque()  # [Slices, rows of it already predicted]
+        self.queued = 0  # rows in the queue not yet predicted
         self.in_flight: deque[Flight] = deque()
         self.duplicates = 0
         self.missing: list[tuple[int, str]] = []
@@ -274,33 +312,48 @@ class ShardRunner:
     @property
     def predicted(self) -> int:
         """Sequence number of the last event predicted."""
-        return self.in_flight[-1].seq if self.in_flight else self.applied
+        return self.in_flight[-1].last if self.in_flight else self.applied
 
-    def add(self, slices: list[Slice]) -> list[Partial]:
-        for sl in slices:
-            if sl.seq > self.predicted + len(self.queue):  # not a replay of one already taken
-                self.queue.append(sl)
+    def add(self, blocks: list[Slices]) -> list[Partials]:
+        for block in blocks:
+            taken = self.predicted + self.queued + 1 - block.first  # rows of a replay already taken
+            if taken < block.n:
+                self.queue.append([block, max(taken, 0)])
+                self.queued += block.n - max(taken, 0)
         return self._predict_ready()
 
-    def _predict_ready(self) -> list[Partial]:
+    def _predict_ready(self) -> list[Partials]:
         out = []
         now = time.monotonic()
-        while self.queue and len(self.in_flight) <= self.staleness:
-            sl = self.queue.popleft()
-            slots = self.shard.local_indices(sl.coords)
-            sums, weights = self.algorithm.predict(self.shard.state, slots, sl.values, False, self.scalars,
-                                                   sl.learning)
-            self.in_flight.append(Flight(sl.seq, sl.event_id, slots, sl.values, weights, sl.learning,
-                                         sl.head[0] if sl.head else None, now))
-            out.append(Partial(sl.seq, self.shard_no, sums, sl.head, sl.cut))
+        while self.queue and self.predicted - self.applied <= self.staleness:
+            entry = self.queue[0]
+            block, lo = entry
+            hi = lo + min(block.n - lo, self.staleness + 1 - (self.predicted - self.applied))
+            a, b = block.indptr[lo], block.indptr[hi]
+            slots = self.shard.local_indices(block.coords[a:b])
+            values, indptr, learning = block.values[a:b], block.indptr[lo:hi + 1] - a, block.learning[lo:hi]
+            sums, memo = self.algorithm.predict_rows(self.shard.state, indptr, slots, values, self.scalars, learning)
+            heads = None if block.heads is None else block.heads[lo:hi]
+            first = block.first + lo
+            self.in_flight.append(Flight(first, block.event_ids[lo:hi], indptr, slots, values, memo, learning,
+                                         None if heads is None else [h[0] for h in heads], now))
+            out.append(Partials(first, self.shard_no, sums, heads, block.cut if first <= block.cut < block.first + hi
+                                else 0))
+            self.queued -= hi - lo
+            if hi == block.n:
+                self.queue.popleft()
+            else:
+                entry[1] = hi
         return out
 
-    def feedback(self, records: list[dict], on_cut=None) -> list[Partial]:
+    def feedback(self, records: list[dict], on_cut=None) -> list[Partials]:
         """Apply feedback records in order; returns the partials now
         predictable. ``on_cut(seq)`` is called right after applying a record
         that asks for a checkpoint cut, while the state is exactly the cut's."""
         out = []
-        for rec in records:
+        i = 0
+        while i < len(records):
+            rec = records[i]
             seq = rec["seq"]
             if not rec["event_id"]:  # a control record of the feedback reader (FeedbackWatch)
                 if rec["checkpoint"]:  # end of input: nothing more will come
@@ -309,47 +362,77 @@ class ShardRunner:
                         on_cut(self.applied)
                 else:
                     out += self.expire()
+                i += 1
                 continue
             if seq <= self.applied:
                 self.duplicates += 1  # already applied (or given up): a redelivery
+                i += 1
                 continue
             if seq > self.predicted:
                 self.unexpected += 1  # feedback for an event this shard never predicted
                 log.warning("shard %d: feedback for event #%d (%s) it has not predicted; ignored",
                             self.shard_no, seq, rec["event_id"])
+                i += 1
                 continue
-            while self.in_flight[0].seq < seq:  # the feedback of events before it never came
-                self._give_up(self.in_flight.popleft())
-            flight = self.in_flight.popleft()
-            self.scalars = dict(rec["scalars"])
-            if rec["g"]:
-                self.algorithm.update(self.shard.state, flight.slots, flight.values, False, self.scalars,
-                                      np.asarray(rec["g"], dtype=np.float64), flight.weights)
-            self._done(flight)
-            if rec["checkpoint"] and on_cut is not None:
-                on_cut(seq)
+            while self.applied + 1 < seq:  # the feedback of events before it never came
+                flight = self.in_flight[0]
+                self._give_up(flight, min(seq, flight.last + 1))
+            end = self._run(records, i)
+            self._apply(records[i:end])
+            if records[end - 1]["checkpoint"] and on_cut is not None:
+                on_cut(records[end - 1]["seq"])
+            i = end
         return out + self._predict_ready()
 
-    def _done(self, flight: Flight) -> None:
-        self.applied = flight.seq
-        self.learned += flight.learning
-        if flight.position is not None:
-            pos = flight.position
-            self.offsets[(pos.topic, pos.partition)] = pos.offset + 1
+    def _run(self, records: list[dict], i: int) -> int:
+        """The end of the run of records from i on that one update call
+        applies: consecutive events of the oldest flight, up to a cut."""
+        last, seq, end = self.in_flight[0].last, records[i]["seq"], i + 1
+        while (end < len(records) and seq < last and not records[end - 1]["checkpoint"]
+               and records[end]["event_id"] and records[end]["seq"] == seq + 1):
+            seq, end = seq + 1, end + 1
+        return end
 
-    def _give_up(self, flight: Flight) -> None:
-        self.missing.append((flight.seq, flight.event_id))
-        self._done(flight)
-        log.warning("shard %d: the feedback of event #%d (%s) is missing; its update is skipped",
-                    self.shard_no, flight.seq, flight.event_id)
+    def _apply(self, run: list[dict]) -> None:
+        flight = self.in_flight[0]
+        lo = run[0]["seq"] - flight.first
+        has = np.array([bool(r["g"]) for r in run])
+        if has.any():
+            width = len(next(r["g"] for r in run if r["g"]))
+            blank = [0.0] * width
+            feedback = np.array([r["g"] or blank for r in run], dtype=np.float64)
+            globs = np.array([self.algorithm.scalar_row(r["scalars"]) for r in run], dtype=np.float64)
+            self.algorithm.update_rows(self.shard.state, flight.indptr[lo:lo + len(run) + 1], flight.slots,
+                                       flight.values, globs, feedback, has, flight.memo, lo)
+        self.scalars = dict(run[-1]["scalars"])
+        self._done(flight, run[-1]["seq"] + 1)
 
-    def expire(self) -> list[Partial]:
+    def _done(self, flight: Flight, until: int) -> None:
+        """The events of ``flight`` up to ``until`` (exclusive) are applied."""
+        lo, hi = self.applied + 1 - flight.first, until - flight.first
+        self.applied = until - 1
+        self.learned += int(flight.learning[lo:hi].sum())
+        if flight.positions is not None:
+            for pos in flight.positions[lo:hi]:
+                self.offsets[(pos.topic, pos.partition)] = pos.offset + 1
+        if self.applied == flight.last:
+            self.in_flight.popleft()
+
+    def _give_up(self, flight: Flight, until: int) -> None:
+        for seq in range(self.applied + 1, until):
+            event_id = flight.event_ids[seq - flight.first]
+            self.missing.append((seq, event_id))
+            log.warning("shard %d: the feedback of event #%d (%s) is missing; its update is skipped",
+                        self.shard_no, seq, event_id)
+        self._done(flight, until)
+
+    def expire(self) -> list[Partials]:
         """Give up on feedback awaited longer than the feedback timeout, so a
         lost record cannot stall the shard; returns what is then predictable."""
         now = time.monotonic()
         gave_up = False
         while self.in_flight and now - self.in_flight[0].since > self.feedback_timeout:
-            self._give_up(self.in_flight.popleft())
+            self._give_up(self.in_flight[0], self.in_flight[0].last + 1)
             gave_up = True
         return self._predict_ready() if gave_up else []
 
@@ -363,11 +446,11 @@ class ShardRunner:
     def approx_bytes(self) -> int:
         """About how much memory this shard holds: its state arrays, and the events queued or in flight."""
         arrays = sum(a.nbytes for a in self.shard.state.arrays.values())
-        return arrays + self.shard.coords.nbytes + 256 * (len(self.queue) + len(self.in_flight))
+        return arrays + self.shard.coords.nbytes + 256 * (self.queued + self.predicted - self.applied)
 
     def give_up_all(self) -> None:
         while self.in_flight:
-            self._give_up(self.in_flight.popleft())
+            self._give_up(self.in_flight[0], self.in_flight[0].last + 1)
 
     def part(self) -> tuple[np.ndarray, LearnerState, dict]:
         """What this shard's part of a checkpoint cut holds: its coordinates,
@@ -433,34 +516,34 @@ class Combiner:
         held.events.update(self.predicted)
         return held.to_arrays()
 
-    def add(self, partials: list[Partial]) -> list[Combined]:
-        for p in partials:
-            if p.shard < 0:  # the end of the input: a last cut at p.seq, which this Combiner is at
-                if self.predicted is not None and p.seq == self.seq:
-                    self.parts.append((p.seq, self._part()))
+    def add(self, blocks: list[Partials]) -> list[Combined]:
+        for p in blocks:
+            if p.shard < 0:  # the end of the input: a last cut at p.first, which this Combiner is at
+                if self.predicted is not None and p.first == self.seq:
+                    self.parts.append((p.first, self._part()))
                 continue
-            if p.seq <= self.seq:
-                continue  # a replayed partial of an event already combined
-            slot = self.pending.get(p.seq)
-            if slot is None:
-                slot = self.pending[p.seq] = [[None] * self.n_shards, 0, None]
-            if slot[0][p.shard] is None:
-                slot[1] += 1
-            slot[0][p.shard] = p.sums  # a shard's partial sent twice counts once
-            if p.head is not None:
-                slot[2] = p.head
-            if p.cut:
-                self.cut_at.add(p.seq)
+            for i in range(max(self.seq + 1 - p.first, 0), p.sums.shape[0]):  # not replays of events combined
+                seq = p.first + i
+                slot = self.pending.get(seq)
+                if slot is None:
+                    slot = self.pending[seq] = [[None] * self.n_shards, 0, None]
+                if slot[0][p.shard] is None:
+                    slot[1] += 1
+                slot[0][p.shard] = p.sums[i]  # a shard's partial sent twice counts once
+                if p.heads is not None:
+                    slot[2] = p.heads[i]
+            if p.cut > self.seq:
+                self.cut_at.add(p.cut)
         out, done = [], []
-        while self.pending.get(self.seq + 1, (None, 0))[1] == self.n_shards:
+        for y in self._labels():
             parts, _, head = self.pending.pop(self.seq + 1)
             total = _in_shard_order(parts)
             if isinstance(head, LateHead):  # in sequence order, so the records come out in it too
                 out += self._records(done) if done else []
                 done = []
-                out.append(self._late(self.seq + 1, total, head))
+                out.append(self._late(self.seq + 1, total, head, y))
             else:
-                done.append(self._combine(self.seq + 1, total, head))
+                done.append(self._combine(self.seq + 1, total, head, y))
             if self.seq in self.cut_at:  # the held predictions exactly after this event
                 out += self._records(done) if done else []
                 done = []
@@ -468,7 +551,16 @@ class Combiner:
                 self.parts.append((self.seq, self._part()))
         return out + (self._records(done) if done else [])
 
-    def _late(self, seq: int, total: np.ndarray, head: LateHead) -> Combined:
+    def _labels(self) -> np.ndarray:
+        """The labels of the events now combinable (all K partials in, in
+        sequence order from the next), in the loss's domain (NaN: none)."""
+        heads = []
+        while self.pending.get(self.seq + 1 + len(heads), (None, 0))[1] == self.n_shards:
+            heads.append(self.pending[self.seq + 1 + len(heads)][2])
+        labels = [h.match.label if isinstance(h, LateHead) else h[1].get("label") for h in heads]
+        return prepare_labels(self.loss, [math.nan if v is None else v for v in labels], self.n_outputs)
+
+    def _late(self, seq: int, total: np.ndarray, head: LateHead, y: float) -> Combined:
         """Learn an event whose label came late; its record carries the
         prediction made when it arrived, and the loss of that."""
         msg, match = head.message, head.match
@@ -476,7 +568,7 @@ class Combiner:
             self.predicted.pop(event_id, None)
         weight = match.event.weight if match.weight != match.weight else match.weight
         event = {"id": match.event_id, "label": match.label, "weight": weight}
-        _, _, yhat, y, _, feedback, _ = self._combine(seq, total, (msg, event))
+        _, _, yhat, y, _, feedback, _ = self._combine(seq, total, (msg, event), y)
         feedback["partition"] = label_partition(msg.partition)
         arrived = self.predicted.pop(match.event_id, None)
         if arrived is None:  # not held (a part lost with its cut): the prediction made now stands in
@@ -492,10 +584,9 @@ class Combiner:
         return Combined(record, feedback, source.key if source is not None and source.key is not None
                         else match.event_id.encode())
 
-    def _combine(self, seq, total, head):
+    def _combine(self, seq, total, head, y: float):
         pos, event = head
-        label = event.get("label")
-        y = math.nan if label is None else float(prepare_labels(self.loss, [label], self.n_outputs)[0])
+        y = float(y)
         version = self.learned
         weight = event.get("weight")  # validated finite and > 0 upstream; None means 1
         yhat, value, fb = self.algorithm.combine(self.scalars, total, y, self._loss, self.loss_param,
@@ -536,7 +627,7 @@ def state_classes() -> tuple[type, ...]:
 
     from pipelines.steps import Position
 
-    return (Router, ShardRunner, Combiner, Cadence, Flight, Slice, Partial, LateHead, Combined, Shard, LearnerState,
+    return (Router, ShardRunner, Combiner, Cadence, Flight, Slices, Partials, LateHead, Combined, Shard, LearnerState,
             ProgressiveMetrics, PendingStore, Waiting, EarlyLabel, Matched, Source, KafkaMessage, Position,
             ColumnarEvent, LabelledEvent, EventColumns, OrderedDict)
 

@@ -46,7 +46,7 @@ from pipelines.steps import (NAMESPACE, DecodeEvents, KeptCoder, KeptObjects, La
                              unpickle_sharing)
 from schemas.codec import DecodeError
 
-from .protocol import Combiner, Partial, Router, ShardRunner, label_partition, state_classes
+from .protocol import Combiner, Partials, Router, ShardRunner, label_partition, state_classes
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ class RouteEvents(_Sharded, beam.DoFn):
         Metrics.gauge(NAMESPACE, f"pending_events_{model}").set(len(pending.events))
         Metrics.gauge(NAMESPACE, f"pending_labels_{model}").set(len(pending.labels))
         Metrics.gauge(NAMESPACE, f"pending_expired_{model}").set(pending.expired_events)
-        router.cadence.since += len(per_shard[0])
+        router.cadence.since += sum(block.n for block in per_shard[0])
         if self.store is None or not per_shard[0] or not router.cadence.due(self.cfg):
             return
         self._flush()  # the dead letters and skips the cut's offsets cover are in Kafka first
@@ -341,7 +341,7 @@ class ShardStep(_Sharded, beam.DoFn):
             partials = runner.feedback(payload, on_cut=lambda seq: self._save(key, runner, seq))
             if self.cfg.labels_topic and key[1] == 0 and any(ends(payload)):
                 # the combine step writes its part of the last cut too
-                partials = partials + [Partial(runner.applied, -1, np.empty(0), None, True)]
+                partials = partials + [Partials(runner.applied, -1, np.empty((0, 0)), None)]
         if runner.duplicates > dup:
             self.duplicates.inc(runner.duplicates - dup)
         if len(runner.missing) > miss:

@@ -71,7 +71,10 @@ def test_partials_in_any_order_and_sent_twice_give_the_same_bits():
     _, _, items = stream(12)
     loop = Loop(make_learner("scinol2", "logistic"), 3, staleness=64)  # partials of all 12 without feedback
     per_shard, _ = loop.router.route(items)
-    partials = [p for shard, slices in zip(loop.shards, per_shard) for p in shard.add(slices)]
+    blocks = [p for shard, slices in zip(loop.shards, per_shard) for p in shard.add(slices)]
+    assert [(b.shard, b.first, b.sums.shape[0]) for b in blocks] == [(s, 1, 12) for s in range(3)]  # one call each
+    partials = [p._replace(first=p.first + i, sums=p.sums[i:i + 1], heads=p.heads and p.heads[i:i + 1])
+                for p in blocks for i in range(p.sums.shape[0])]  # one event each, to shuffle
     assert len(partials) == 3 * 12
 
     def scores(order):
