@@ -210,14 +210,15 @@ class Algorithm:
     def update_rows(self, state, indptr, indices, data, globs, feedback, has_feedback, memo, first_row):
         """:meth:`update` of rows ``first_row``... of a block :meth:`predict_rows`
         gave ``memo`` for (``indptr`` their window of its offsets), in order;
-        row i with the scalars ``globs[i]`` (:meth:`scalar_row` order) and
+        row i with the scalars ``globs[i]`` (in :attr:`scalar_names` order) and
         ``feedback[i]``, where ``has_feedback[i]``."""
         K.update_rows(self.spec.code, self._prm, globs, state.arrays["P"], state.arrays["Q"], indptr, indices, data,
                       feedback, has_feedback, memo)
 
-    def scalar_row(self, scalars) -> list[float]:
-        """The global scalars in the order :meth:`update_rows` takes them."""
-        return [scalars[g] for g in self.spec.globals]
+    @property
+    def scalar_names(self) -> tuple[str, ...]:
+        """The global scalars' names, in the order :meth:`update_rows` takes them."""
+        return tuple(self.spec.globals)
 
     def _glob_from(self, scalars) -> np.ndarray:
         return np.array([scalars[g] for g in self.spec.globals])

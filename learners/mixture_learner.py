@@ -148,8 +148,9 @@ class Mixture:
                 scalars = dict(zip(MX.GLOBALS, globs[i]))
                 self.update(state, indices[lo:hi], data[lo:hi], False, scalars, feedback[i], memo[first_row + i])
 
-    def scalar_row(self, scalars) -> list[float]:
-        return [scalars[g] for g in MX.GLOBALS]
+    @property
+    def scalar_names(self) -> tuple[str, ...]:
+        return tuple(MX.GLOBALS)
 
     # -- inspection ----------------------------------------------------------------
     def expert_weights(self, state) -> np.ndarray:

@@ -55,7 +55,7 @@ def output_schemas(cfg: RunConfig) -> dict[str, int]:
     outputs = [("scinol.Prediction", cfg.predictions_topic), ("scinol.DeadLetter", cfg.dlq_topic),
                ("scinol.ModelCheckpoint", cfg.ckpt_topic)]
     if cfg.shards is not None:
-        outputs.append(("scinol.Feedback", cfg.feedback))
+        outputs.append(("scinol.FeedbackBatch", cfg.feedback))
     return {f"{topic} ({record})": codec.schema_id(record, topic) for record, topic in outputs}
 
 

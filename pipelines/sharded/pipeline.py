@@ -14,6 +14,7 @@ import apache_beam as beam
 from pipelines.beam_io import ReadFromKafkaRanges, WriteToKafka
 from pipelines.config import RunConfig
 from pipelines.kafka.consumer import UNBOUNDED_STOP, resolve_ranges
+from pipelines.records.feedback import feedback_batches
 from pipelines.state.resume import ResumePoint, earliest
 from pipelines.steps import EncodeDeadLetters, EncodeRecords
 
@@ -95,8 +96,8 @@ def build_sharded(p: beam.Pipeline, cfg: RunConfig, resume: ResumePoint) -> Shar
      | "WriteDeadLetters" >> WriteToKafka(cfg.bootstrap, cfg.dlq_topic, producer_config=producer, flush_each=True))
     (dead
      | "AccountForDeadLetters" >> beam.Map(
-         lambda d, run_id: skip_record(run_id, skip_position(cfg, d["topic"], d["partition"]), d["offset"]),
-         run.run_id)
-     | "EncodeSkips" >> beam.ParDo(EncodeRecords("scinol.Feedback", cfg.feedback, cfg.registry()))
+         lambda d, run_id: feedback_batches(
+             [skip_record(run_id, skip_position(cfg, d["topic"], d["partition"]), d["offset"])])[0], run.run_id)
+     | "EncodeSkips" >> beam.ParDo(EncodeRecords("scinol.FeedbackBatch", cfg.feedback, cfg.registry()))
      | "WriteSkips" >> WriteToKafka(cfg.bootstrap, cfg.feedback, producer_config=producer))
     return run

@@ -45,6 +45,7 @@ from learners.state import LearnerState
 from learners.interactions import expand
 from learners.losses import losses_of
 from pipelines.records.dead_letters import dead_letter
+from pipelines.records.feedback import feedback_batches
 from pipelines.records.events import event_rows, learner_rows
 from pipelines.kafka.consumer import KafkaMessage, StopRule
 from pipelines.records.columnar import ColumnarEvent, EventColumns, LabelledEvent
@@ -346,17 +347,23 @@ class ShardRunner:
                 entry[1] = hi
         return out
 
-    def feedback(self, records: list[dict], on_cut=None) -> list[Partials]:
-        """Apply feedback records in order; returns the partials now
-        predictable. ``on_cut(seq)`` is called right after applying a record
-        that asks for a checkpoint cut, while the state is exactly the cut's."""
+    def feedback(self, batches: list[dict], on_cut=None) -> list[Partials]:
+        """Apply FeedbackBatch records (:mod:`pipelines.records.feedback`) in
+        order; returns the partials now predictable. ``on_cut(seq)`` is called
+        right after applying an event's feedback that asks for a checkpoint
+        cut, while the state is exactly the cut's."""
         out = []
-        i = 0
-        while i < len(records):
-            rec = records[i]
-            seq = rec["seq"]
-            if not rec["event_id"]:  # a control record of the feedback reader (FeedbackWatch)
-                if rec["checkpoint"]:  # end of input: nothing more will come
+        for batch in batches:
+            out += self._feedback(batch, on_cut)
+        return out + self._predict_ready()
+
+    def _feedback(self, batch: dict, on_cut) -> list[Partials]:
+        out = []
+        ids, seqs, cuts, i = batch["event_ids"], batch["seqs"], batch["checkpoints"], 0
+        while i < len(seqs):
+            seq = seqs[i]
+            if not ids[i]:  # a control record of the feedback reader (FeedbackWatch)
+                if cuts[i]:  # end of input: nothing more will come
                     self.give_up_all()
                     if on_cut is not None and self.applied:
                         on_cut(self.applied)
@@ -371,41 +378,43 @@ class ShardRunner:
             if seq > self.predicted:
                 self.unexpected += 1  # feedback for an event this shard never predicted
                 log.warning("shard %d: feedback for event #%d (%s) it has not predicted; ignored",
-                            self.shard_no, seq, rec["event_id"])
+                            self.shard_no, seq, ids[i])
                 i += 1
                 continue
             while self.applied + 1 < seq:  # the feedback of events before it never came
                 flight = self.in_flight[0]
                 self._give_up(flight, min(seq, flight.last + 1))
-            end = self._run(records, i)
-            self._apply(records[i:end])
-            if records[end - 1]["checkpoint"] and on_cut is not None:
-                on_cut(records[end - 1]["seq"])
+            end = self._run(batch, i)
+            self._apply(batch, i, end)
+            if cuts[end - 1] and on_cut is not None:
+                on_cut(seqs[end - 1])
             i = end
-        return out + self._predict_ready()
+        return out
 
-    def _run(self, records: list[dict], i: int) -> int:
-        """The end of the run of records from i on that one update call
+    def _run(self, batch: dict, i: int) -> int:
+        """The end of the run of events from row i on that one update call
         applies: consecutive events of the oldest flight, up to a cut."""
-        last, seq, end = self.in_flight[0].last, records[i]["seq"], i + 1
-        while (end < len(records) and seq < last and not records[end - 1]["checkpoint"]
-               and records[end]["event_id"] and records[end]["seq"] == seq + 1):
+        ids, seqs, cuts = batch["event_ids"], batch["seqs"], batch["checkpoints"]
+        last, seq, end = self.in_flight[0].last, seqs[i], i + 1
+        while end < len(seqs) and seq < last and not cuts[end - 1] and ids[end] and seqs[end] == seq + 1:
             seq, end = seq + 1, end + 1
         return end
 
-    def _apply(self, run: list[dict]) -> None:
+    def _apply(self, batch: dict, i: int, end: int) -> None:
+        """Rows i..end−1 of ``batch``: the next events of the oldest flight."""
         flight = self.in_flight[0]
-        lo = run[0]["seq"] - flight.first
-        has = np.array([bool(r["g"]) for r in run])
+        lo = batch["seqs"][i] - flight.first
+        names, width = batch["scalar_names"], batch["g_width"]
+        scalars = np.asarray(batch["scalars"][i * len(names): end * len(names)], dtype=np.float64)
+        scalars = scalars.reshape(end - i, len(names))
+        has = np.asarray(batch["learned"][i:end], dtype=bool)
         if has.any():
-            width = len(next(r["g"] for r in run if r["g"]))
-            blank = [0.0] * width
-            feedback = np.array([r["g"] or blank for r in run], dtype=np.float64)
-            globs = np.array([self.algorithm.scalar_row(r["scalars"]) for r in run], dtype=np.float64)
-            self.algorithm.update_rows(self.shard.state, flight.indptr[lo:lo + len(run) + 1], flight.slots,
-                                       flight.values, globs, feedback, has, flight.memo, lo)
-        self.scalars = dict(run[-1]["scalars"])
-        self._done(flight, run[-1]["seq"] + 1)
+            order = [names.index(name) for name in self.algorithm.scalar_names]
+            feedback = np.asarray(batch["g"][i * width: end * width], dtype=np.float64).reshape(end - i, width)
+            self.algorithm.update_rows(self.shard.state, flight.indptr[lo:lo + end - i + 1], flight.slots,
+                                       flight.values, scalars[:, order], feedback, has, flight.memo, lo)
+        self.scalars = dict(zip(names, scalars[-1].tolist()))
+        self._done(flight, batch["seqs"][end - 1] + 1)
 
     def _done(self, flight: Flight, until: int) -> None:
         """The events of ``flight`` up to ``until`` (exclusive) are applied."""
@@ -678,24 +687,29 @@ class FeedbackWatch(StopRule):
         before = self._left
         for msg in batch:
             try:
-                rec = self._codec.decode(msg.value, expected="scinol.Feedback")
+                rec = self._codec.decode(msg.value, expected="scinol.FeedbackBatch")
             except Exception as exc:  # noqa: BLE001 - a foreign record on the feedback topic
-                log.warning("feedback topic offset %d: not a Feedback record (%s); ignored", msg.offset, exc)
+                log.warning("feedback topic offset %d: not a FeedbackBatch record (%s); ignored", msg.offset, exc)
                 continue
-            if rec["run_id"] != self.run_id:
+            if rec["run_id"] != self.run_id or not rec["seqs"]:
                 continue
             if rec["model"]:
-                self._last_seq[rec["model"]] = max(rec["seq"], self._last_seq.get(rec["model"], 0))
-            span = self._seen and (self.targets or {}).get(rec["partition"])
-            if span and span[0] <= rec["offset"] < span[1]:
-                seen = self._seen[rec["partition"]]
-                i = rec["offset"] - span[0]
-                if not seen[i]:
-                    seen[i] = True
-                    self._left -= 1
+                self._last_seq[rec["model"]] = max(max(rec["seqs"]), self._last_seq.get(rec["model"], 0))
+            self._cover(rec["partitions"], rec["offsets"])
         if self._left < before:
             self._last_progress = time.monotonic()
         return self.targets is not None and self._left == 0
+
+    def _cover(self, partitions: list[int], offsets: list[int]) -> None:
+        """Count the target event offsets these feedback records cover."""
+        targets = self.targets or {}
+        for partition, offset in zip(partitions, offsets):
+            span = targets.get(partition)
+            if span and span[0] <= offset < span[1]:
+                seen = self._seen[partition]
+                if not seen[offset - span[0]]:
+                    seen[offset - span[0]] = True
+                    self._left -= 1
 
     def idle(self) -> bool:
         if self._seen is None:
@@ -718,7 +732,7 @@ class FeedbackWatch(StopRule):
             record = {"event_id": "", "model": model, "run_id": self.run_id, "seq": seq, "partition": -1,
                       "offset": -1, "g": [], "scalars": {}, "checkpoint": checkpoint}
             out.append(KafkaMessage(topic, partition, -1, -1, model.encode(),
-                                    self._codec.encode("scinol.Feedback", record, topic)))
+                                    self._codec.encode("scinol.FeedbackBatch", feedback_batches([record])[0], topic)))
         return out
 
     def heartbeat(self, topic: str, partition: int) -> list:

@@ -40,6 +40,7 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from pipelines.config import RunConfig
 from pipelines.kafka.producer import KafkaWriter
 from pipelines.records.dead_letters import dead_letter_message
+from pipelines.records.feedback import end_markers, feedback_batches
 from pipelines.records.labels import PendingStore
 from pipelines.state.cuts import CutStore
 from pipelines.steps import (NAMESPACE, DecodeEvents, KeptCoder, KeptObjects, LabelBatch, pickle_sharing,
@@ -139,27 +140,22 @@ def skip_record(run_id: str, partition: int, offset: int) -> dict:
             "g": [], "scalars": {}, "checkpoint": False}
 
 
-def ends(records: list[dict]):
-    """Which feedback records are the feedback reader's end markers."""
-    return (not r["event_id"] and r["checkpoint"] for r in records)
-
-
 class DecodeShardedInput(DecodeEvents):
     """Batches from both topics → (model, (EVENTS, [(Position, event)...]))
-    or (model, (FEEDBACK, [record...])); bad events to the ``dead`` tag."""
+    or (model, (FEEDBACK, [FeedbackBatch record...])); bad events to the ``dead`` tag."""
 
     def process(self, batch):
         if batch and batch[0].topic == self.cfg.feedback:
             by_model: dict[str, list] = {}
             for msg in batch:
                 try:
-                    rec = self.codec.decode(msg.value, expected="scinol.Feedback")
+                    rec = self.codec.decode(msg.value, expected="scinol.FeedbackBatch")
                 except DecodeError as exc:
                     Metrics.counter(NAMESPACE, "feedback_undecodable").inc()
                     log.warning("feedback topic %s[%d] offset %d: %s; ignored", msg.topic, msg.partition,
                                 msg.offset, exc)
                     continue
-                if rec["model"]:
+                if rec["model"]:  # not the records of events with no sequence place
                     by_model.setdefault(rec["model"], []).append(rec)
             for model, records in by_model.items():
                 yield model, (FEEDBACK, records)
@@ -199,10 +195,10 @@ class RouteEvents(_Sharded, beam.DoFn):
                 generation=beam.DoFn.StateParam(_Sharded.GENERATION)):
         model, (kind, payload) = element
         if kind == FEEDBACK:
-            mine = [r for r in payload if r["run_id"] == self.run.run_id]
+            mine = [b for b in payload if b["run_id"] == self.run.run_id]
             if len(mine) < len(payload):
-                self.foreign.inc(len(payload) - len(mine))
-            if mine and self.cfg.labels_topic and any(ends(mine)):
+                self.foreign.inc(sum(len(b["seqs"]) for b in payload if b["run_id"] != self.run.run_id))
+            if mine and self.cfg.labels_topic and end_markers(mine):
                 self._end_cut(model, saved, generation)
             if mine:
                 for s in range(self.cfg.shards):
@@ -270,10 +266,10 @@ class RouteEvents(_Sharded, beam.DoFn):
 
     def _skip(self, positions) -> None:
         codec = self._codec()
-        writer = self.skips[0]
-        for pos in positions:
-            record = skip_record(self.run.run_id, skip_position(self.cfg, pos.topic, pos.partition), pos.offset)
-            writer.produce(codec.encode("scinol.Feedback", record, self.cfg.feedback))
+        records = [skip_record(self.run.run_id, skip_position(self.cfg, pos.topic, pos.partition), pos.offset)
+                   for pos in positions]
+        for batch in feedback_batches(records):
+            self.skips[0].produce(codec.encode("scinol.FeedbackBatch", batch, self.cfg.feedback))
 
     def _flush(self):
         if self.skips is not None:
@@ -339,7 +335,7 @@ class ShardStep(_Sharded, beam.DoFn):
             partials = runner.add(payload)
         else:
             partials = runner.feedback(payload, on_cut=lambda seq: self._save(key, runner, seq))
-            if self.cfg.labels_topic and key[1] == 0 and any(ends(payload)):
+            if self.cfg.labels_topic and key[1] == 0 and end_markers(payload):
                 # the combine step writes its part of the last cut too
                 partials = partials + [Partials(runner.applied, -1, np.empty((0, 0)), None)]
         if runner.duplicates > dup:
@@ -420,15 +416,14 @@ class CombineStep(_Sharded, beam.DoFn):
         self.predicted.inc(len(done))
 
     def _send_feedback(self, model: str, done) -> None:
-        key, faults, encode, topic = model.encode(), self.run.faults, self.codec.encode, self.cfg.feedback
+        """One FeedbackBatch message per batch (two or more for a very wide model)."""
+        faults, records = self.run.faults, []
         for d in done:
             seq = d.feedback["seq"]
-            if seq in faults.drop:
-                continue
-            value = encode("scinol.Feedback", d.feedback, topic)
-            self.feedback.produce(value, key)
-            if seq in faults.duplicate:
-                self.feedback.produce(value, key)
+            if seq not in faults.drop:
+                records += [d.feedback, d.feedback] if seq in faults.duplicate else [d.feedback]
+        for batch in feedback_batches(records):
+            self.feedback.produce(self.codec.encode("scinol.FeedbackBatch", batch, self.cfg.feedback), model.encode())
         self.feedback.poll()
 
     def _late_cuts(self, model: str, combiner: Combiner, done) -> None:

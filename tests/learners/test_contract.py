@@ -198,7 +198,7 @@ def test_block_calls_equal_row_calls_bit_for_bit(name, loss):
     for i in range(n):  # the Combiner's work: each row's feedback, and the scalars after it
         _, _, fb = algorithm.combine(scalars, one[i][0], labels_[i] if learning[i] else np.nan, loss_code(loss))
         feedback.append(fb)
-        globs.append(algorithm.scalar_row(scalars))
+        globs.append([scalars[name] for name in algorithm.scalar_names])
         at.append(dict(scalars))
     by_row = state.copy()
     for i in range(n):

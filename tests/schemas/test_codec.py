@@ -71,6 +71,13 @@ SAMPLES = {
         {"event_id": "e2", "model": "digits", "run_id": "r1", "seq": 1, "partition": 0, "offset": 0,
          "g": [], "scalars": {}, "checkpoint": False},
     ],
+    "scinol.FeedbackBatch": [
+        {"model": "ctr", "run_id": "r1", "event_ids": ["e1", "e2"], "seqs": [42, 43], "partitions": [3, -2],
+         "offsets": [1 << 33, 0], "learned": [True, False], "g_width": 3, "g": [-0.25, 0.5, 0.0, 0.0, 0.0, 0.0],
+         "scalar_names": ["t", "wealth"], "scalars": [3.0, 1.5, 3.0, 1.5], "checkpoints": [True, False]},
+        {"model": "digits", "run_id": "r1", "event_ids": [], "seqs": [], "partitions": [], "offsets": [],
+         "learned": [], "g_width": 0, "g": [], "scalar_names": [], "scalars": [], "checkpoints": []},
+    ],
     "scinol.ModelCheckpoint": [
         {
             "model": "ctr", "learner": "scinol2", "params": {"epsilon": 1.0}, "loss": "logistic",
@@ -98,6 +105,8 @@ FIELDS = {
                           "source_topic", "source_partition", "source_offset"],
     "scinol.Feedback": ["event_id", "model", "run_id", "seq", "partition", "offset", "g", "scalars",
                         "checkpoint"],
+    "scinol.FeedbackBatch": ["model", "run_id", "event_ids", "seqs", "partitions", "offsets", "learned", "g_width",
+                             "g", "scalar_names", "scalars", "checkpoints"],
     "scinol.ModelCheckpoint": ["model", "learner", "params", "loss", "loss_param", "n_outputs", "bias",
                                "n_coords", "event_count", "offsets", "schema_version", "checksum", "uri",
                                "created_ms"],

@@ -4,6 +4,7 @@ The reference the sharded pipeline is held to, on any runner."""
 
 from learners import make_learner
 from learners.sharding import ShardedLearner
+from pipelines.records.feedback import feedback_batches
 from pipelines.sharded.protocol import Combiner, Router, ShardRunner
 from pipelines.steps import Position
 
@@ -41,8 +42,9 @@ class Loop:
 
     def _deliver(self):
         records, self.feedback_queue = self.feedback_queue, []
+        batches = feedback_batches(records)  # as the combine step sends them
         for shard in self.shards:
-            self._combine(shard.feedback(records))
+            self._combine(shard.feedback(batches))
 
 
 def merged_arrays(loop, n_coords):

@@ -1,0 +1,70 @@
+"""Sharded mode's feedback travels in FeedbackBatch messages: the Feedback
+records of a batch, as columns, survive the Avro bytes exactly."""
+
+import math
+
+import pytest
+
+from pipelines.records import feedback as fb
+from pipelines.records.feedback import end_markers, feedback_batches, feedback_records
+from schemas.codec import Codec, DecodeError
+from schemas.reasons import WRONG_RECORD_TYPE
+
+
+def records(n=7):
+    """Feedback as the Combiner makes it: labelled and unlabelled events, a
+    late label's (labels-topic) partition, and a checkpoint mark."""
+    out = []
+    for i in range(n):
+        labelled = i % 3 != 1
+        out.append({"event_id": f"e{i}", "model": "ctr", "run_id": "r1", "seq": 40 + i,
+                    "partition": -2 if i == 4 else 0, "offset": (1 << 33) + i,
+                    "g": [-0.25 * i, 0.5, math.pi] if labelled else [],
+                    "scalars": {"t": float(i), "wealth": 1.0 + i / 3.0}, "checkpoint": i == 5})
+    return out
+
+
+def through_kafka_bytes(batches):
+    codec = Codec()
+    return [codec.decode(codec.encode("FeedbackBatch", b), expected="FeedbackBatch") for b in batches]
+
+
+def test_a_batch_round_trips_through_avro_exactly():
+    want = records()
+    batches = feedback_batches(want)
+    assert len(batches) == 1
+    (back,) = through_kafka_bytes(batches)
+    assert back["seqs"] == list(range(40, 47)) and back["g_width"] == 3
+    assert feedback_records(back) == want
+
+
+def test_a_wide_batch_is_split_under_the_message_limit(monkeypatch):
+    monkeypatch.setattr(fb, "BATCH_BYTES", 300)  # about 4 events of 3 g's and 2 scalars
+    want = records(23)
+    batches = feedback_batches(want)
+    assert len(batches) > 3
+    assert [r for b in through_kafka_bytes(batches) for r in feedback_records(b)] == want
+
+
+def test_control_records_get_batches_of_their_own():
+    """The feedback reader's control records carry no scalars: a batch never
+    mixes them with events' records (whose scalars it would lose)."""
+    heartbeat = {"event_id": "", "model": "ctr", "run_id": "r1", "seq": 46, "partition": -1, "offset": -1,
+                 "g": [], "scalars": {}, "checkpoint": True}
+    want = records(3) + [heartbeat] + records(2)
+    batches = feedback_batches(want)
+    assert [len(b["seqs"]) for b in batches] == [3, 1, 2]
+    assert [r for b in through_kafka_bytes(batches) for r in feedback_records(b)] == want
+    assert [end_markers([b]) for b in batches] == [False, True, False]
+
+
+def test_a_feedback_reader_names_what_else_it_found():
+    codec = Codec()
+    label = {"event_id": "e1", "model": "m", "label": 1.0, "weight": None, "timestamp": 0}
+    with pytest.raises(DecodeError, match="expected scinol.FeedbackBatch") as err:
+        codec.decode(codec.encode("Label", label), expected="FeedbackBatch")
+    assert err.value.reason == WRONG_RECORD_TYPE
+
+
+def test_no_records_no_message():
+    assert feedback_batches([]) == []
