@@ -68,7 +68,7 @@ class RunConfig:
     """Sparse indices and dense lengths at or above this are dead letters (pipelines.records.dead_letters)."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     columnar_decode: bool = True
-    """Exact mode decodes each batch of messages in one compiled call (pipelines.records.columnar);
+    """Both modes decode each batch of messages in one compiled call (pipelines.records.columnar);
     False: one codec call per message (the same results, slower; kept to measure against)."""
     columnar_encode: bool = True
     """Exact mode encodes each batch's Prediction records in one compiled call

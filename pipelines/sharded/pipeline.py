@@ -81,7 +81,7 @@ def build_sharded(p: beam.Pipeline, cfg: RunConfig, resume: ResumePoint) -> Shar
         max_batch=cfg.max_batch)
     # Output type hints give the keyed steps deterministic key coders.
     Keyed, ShardKeyed = typing.Tuple[str, typing.Any], typing.Tuple[typing.Tuple[str, int], typing.Any]
-    decoded = batches | "Decode" >> beam.ParDo(DecodeShardedInput(cfg)).with_output_types(
+    decoded = batches | "Decode" >> beam.ParDo(DecodeShardedInput(cfg, columnar=cfg.columnar_decode)).with_output_types(
         Keyed).with_outputs(DecodeShardedInput.DEAD, main="inputs")
     (decoded.inputs
      | "Route" >> beam.ParDo(RouteEvents(cfg, run)).with_output_types(ShardKeyed)

@@ -46,12 +46,12 @@ from learners.interactions import expand
 from learners.losses import losses_of
 from pipelines.records.dead_letters import dead_letter
 from pipelines.records.feedback import feedback_batches
-from pipelines.records.events import event_rows, learner_rows
+from pipelines.records.events import learner_rows
 from pipelines.kafka.consumer import KafkaMessage, StopRule
-from pipelines.records.columnar import ColumnarEvent, EventColumns, LabelledEvent
+from pipelines.records.columnar import ColumnarEvent, EventColumns, LabelledEvent, prediction_values
 from pipelines.records.labels import EarlyLabel, Matched, PendingStore, Source, Waiting
 from pipelines.records.predictions import (ProgressiveMetrics, labelled_prediction, millis, prediction_key,
-                                           prediction_record, readings)
+                                           prediction_record, reading_arrays, readings)
 
 log = logging.getLogger(__name__)
 
@@ -258,10 +258,12 @@ class Router:
 
 
     def _rows(self, events):
-        if not self.interactions:
-            return event_rows(events, self.hasher)
+        """(indptr, indices, data, y): crossed, with interactions; gathered
+        from the columns for events of a decoded batch (ColumnarEvent)."""
         rows, y = learner_rows(events, self)
-        return (*expand(rows, self.interactions, self.hasher.bits, self.hasher.seed), y)
+        if self.interactions:
+            rows = expand(rows, self.interactions, self.hasher.bits, self.hasher.seed)
+        return (*rows, y)
 
 
 class Flight(NamedTuple):
@@ -488,6 +490,7 @@ class Combined(NamedTuple):
     prediction: dict
     feedback: dict
     key: bytes  # the prediction's Kafka key (pipelines.records.predictions.prediction_key)
+    value: bytes | None = None  # the prediction encoded, when the Combiner was asked to and could
 
 
 class Combiner:
@@ -525,7 +528,10 @@ class Combiner:
         held.events.update(self.predicted)
         return held.to_arrays()
 
-    def add(self, blocks: list[Partials]) -> list[Combined]:
+    def add(self, blocks: list[Partials], encode_for: tuple | None = None) -> list[Combined]:
+        """The events now combinable, in sequence order. ``encode_for``:
+        (codec, topic) to encode their Prediction records with, a batch in
+        one compiled call (:func:`pipelines.records.columnar.prediction_values`)."""
         for p in blocks:
             if p.shard < 0:  # the end of the input: a last cut at p.first, which this Combiner is at
                 if self.predicted is not None and p.first == self.seq:
@@ -548,17 +554,17 @@ class Combiner:
             parts, _, head = self.pending.pop(self.seq + 1)
             total = _in_shard_order(parts)
             if isinstance(head, LateHead):  # in sequence order, so the records come out in it too
-                out += self._records(done) if done else []
+                out += self._records(done, encode_for) if done else []
                 done = []
                 out.append(self._late(self.seq + 1, total, head, y))
             else:
                 done.append(self._combine(self.seq + 1, total, head, y))
             if self.seq in self.cut_at:  # the held predictions exactly after this event
-                out += self._records(done) if done else []
+                out += self._records(done, encode_for) if done else []
                 done = []
                 self.cut_at.discard(self.seq)
                 self.parts.append((self.seq, self._part()))
-        return out + (self._records(done) if done else [])
+        return out + (self._records(done, encode_for) if done else [])
 
     def _labels(self) -> np.ndarray:
         """The labels of the events now combinable (all K partials in, in
@@ -608,15 +614,16 @@ class Combiner:
                     "g": [] if fb is None else fb.tolist(), "scalars": dict(self.scalars), "checkpoint": False}
         return event, version, yhat, y, value, feedback, pos
 
-    def _records(self, done) -> list[Combined]:
+    def _records(self, done, encode_for: tuple | None) -> list[Combined]:
         scores = np.array([d[2] for d in done]).reshape(len(done), -1)
         y = np.array([d[3] for d in done])
         losses = np.array([d[4] for d in done])
         self.metrics.count(scores, y, losses)
         prob, klass = readings(self.loss, scores)
         now_ms = time.time() * 1000.0
+        values = [None] * len(done) if encode_for is None else self._encoded(done, scores, losses, now_ms, *encode_for)
         out = [Combined(prediction_record(event, self.model, version, row, prob[i], klass[i], value, now_ms, pos),
-                        feedback, prediction_key(event, pos))
+                        feedback, prediction_key(event, pos), values[i])
                for i, ((event, version, _, _, value, feedback, pos), row) in enumerate(zip(done, scores.tolist()))]
         if self.predicted is not None:
             for i, c in enumerate(out):
@@ -627,6 +634,18 @@ class Combiner:
                         np.empty(0, dtype=np.int64), np.empty(0), 1.0, Source(*done[i][6][:3],
                                                                             getattr(done[i][6], "key", None)))
         return out
+
+
+    def _encoded(self, done, scores, losses, now_ms, codec, topic) -> list:
+        """The Prediction records of ``done`` as Kafka values, byte for byte
+        what the codec writes for them, or Nones when that cannot be had in
+        one call (the caller then encodes them one by one)."""
+        items = [(d[6], d[0]) for d in done]
+        prob, klass = reading_arrays(self.loss, scores)
+        values = prediction_values(codec, topic, self.model, items, [d[0] for d in done],
+                                   versions=np.array([d[1] for d in done], dtype=np.int64), scores=scores,
+                                   losses=losses, probability=prob, klass=klass, now_ms=now_ms)
+        return [None] * len(done) if values is None else values
 
 
 def state_classes() -> tuple[type, ...]:

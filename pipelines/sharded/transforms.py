@@ -396,15 +396,15 @@ class CombineStep(_Sharded, beam.DoFn):
                 generation=beam.DoFn.StateParam(_Sharded.GENERATION)):
         model, partials = element
         combiner = self._combiner(model, saved, generation)
-        done = combiner.add(partials)
+        encode, topic = self.codec.encode, self.cfg.predictions_topic
+        done = combiner.add(partials, encode_for=(self.codec, topic))
         self._keep(model, saved, generation)
         if not done:
             if combiner.parts:
                 self._late_cuts(model, combiner, done)
             return
-        encode, topic = self.codec.encode, self.cfg.predictions_topic
         for d in done:
-            self.predictions.produce(encode("scinol.Prediction", d.prediction, topic), d.key)
+            self.predictions.produce(d.value or encode("scinol.Prediction", d.prediction, topic), d.key)
         self.predictions.flush()
         combiner.cadence.since += len(done)
         if combiner.predicted is not None:

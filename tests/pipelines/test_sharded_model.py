@@ -193,3 +193,23 @@ def test_state_bytes_that_name_any_other_global_are_refused():
 
     with pytest.raises(stdlib_pickle.UnpicklingError, match="posix.system|os.system"):
         unpickle_sharing(stdlib_pickle.dumps(Evil()), {}, state_classes())
+
+
+@pytest.mark.parametrize("learner_name, loss", [("scinol2", "logistic"), ("scinol2", "softmax"), ("ogd", "squared")])
+def test_the_combiner_encodes_a_batch_of_predictions_as_the_codec_does(learner_name, loss):
+    """The combine step's Prediction values come from one compiled call per
+    batch: byte for byte what the codec writes for each record."""
+    from schemas.codec import Codec
+
+    X, y, items = stream(60)
+    if loss == "softmax":
+        items = [(pos, {**e, "label": None if e["label"] is None else float(i % 3)})
+                 for i, (pos, e) in enumerate(items)]
+    learner = make_learner(learner_name, loss, n_classes=3 if loss == "softmax" else None)
+    loop, codec, made = Loop(learner, 3, staleness=4), Codec(), []
+    add = loop.combiner.add
+    loop.combiner.add = lambda blocks: [made.append(c) or c for c in add(blocks, encode_for=(codec, "preds"))]
+    loop.run(items)
+    assert len(made) == len(items) and all(c.value is not None for c in made)
+    assert any(c.prediction["label"] is None for c in made) and any(c.prediction["label"] is not None for c in made)
+    assert [c.value for c in made] == [codec.encode("scinol.Prediction", c.prediction, "preds") for c in made]
