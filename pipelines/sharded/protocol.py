@@ -476,14 +476,58 @@ class ShardRunner:
         return coords, state, header
 
 
-def _in_shard_order(parts: list) -> np.ndarray:
-    """The K partial sums added in shard order, whatever order they came
-    in: floating-point addition is not associative, and this makes a run's
-    predictions the same bit for bit on every runner and every replay."""
-    total = parts[0].copy()
-    for sums in parts[1:]:
-        total += sums
-    return total
+class PartialTable:
+    """The shards' partial sums of the events not yet combined: row
+    seq − ``base`` of each shard's array, filled a block at a time, in any
+    order (a shard's partial that comes twice is written twice, counts once)."""
+
+    def __init__(self, n_shards: int, base: int):
+        self.base = base  # the sequence number of row 0: the next event to combine
+        self.sums: list[np.ndarray | None] = [None] * n_shards
+        self.got = np.zeros((n_shards, 0), dtype=bool)
+        self.heads: list = []  # shard 0's head of each row
+
+    def put(self, block: Partials) -> None:
+        skip = max(self.base - block.first, 0)  # rows of events already combined (a replay)
+        if skip >= block.sums.shape[0]:
+            return
+        start = block.first + skip - self.base
+        end = start + block.sums.shape[0] - skip
+        self._grow(end, block.sums.shape[1])
+        self.sums[block.shard][start:end] = block.sums[skip:]
+        self.got[block.shard, start:end] = True
+        if block.heads is not None:
+            self.heads[start:end] = block.heads[skip:]
+
+    def _grow(self, rows: int, width: int) -> None:
+        have = self.got.shape[1]
+        if rows <= have:
+            return
+        rows = max(rows, 2 * have)
+        self.got = np.concatenate([self.got, np.zeros((self.got.shape[0], rows - have), dtype=bool)], axis=1)
+        self.sums = [np.concatenate([np.zeros((have, width)) if a is None else a, np.zeros((rows - have, width))])
+                     for a in self.sums]
+        self.heads += [None] * (rows - have)
+
+    def ready(self) -> int:
+        """How many events from ``base`` on have all K partials."""
+        complete = self.got.all(axis=0)
+        return int(complete.shape[0] if complete.all() else np.argmin(complete))
+
+    def take(self, n: int) -> tuple[np.ndarray, list]:
+        """The totals and heads of the next n events, which leave the table.
+        The K partial sums are added in shard order whatever order they came
+        in: floating-point addition is not associative, and this makes a
+        run's predictions the same bit for bit on every runner and replay."""
+        if not n:
+            return np.empty((0, 0)), []
+        total = self.sums[0][:n].copy()
+        for sums in self.sums[1:]:
+            total += sums[:n]
+        heads = self.heads[:n]
+        self.sums = [a[n:].copy() for a in self.sums]
+        self.got, self.heads, self.base = self.got[:, n:].copy(), self.heads[n:], self.base + n
+        return total, heads
 
 
 class Combined(NamedTuple):
@@ -506,7 +550,7 @@ class Combiner:
         self.cadence = Cadence()  # of the cuts the Combiner asks for, without delayed labels
         self.learned = learned
         self.metrics = ProgressiveMetrics(loss)
-        self.pending: dict[int, list] = {}  # seq -> [partial sums by shard, shards arrived, head]
+        self.table = PartialTable(n_shards, seq + 1)
         self.predicted: dict[str, Waiting] | None = None
         """With delayed labels: the prediction made when each unlabelled
         event arrived, by event id, until its label comes (its loss is the
@@ -537,22 +581,12 @@ class Combiner:
                 if self.predicted is not None and p.first == self.seq:
                     self.parts.append((p.first, self._part()))
                 continue
-            for i in range(max(self.seq + 1 - p.first, 0), p.sums.shape[0]):  # not replays of events combined
-                seq = p.first + i
-                slot = self.pending.get(seq)
-                if slot is None:
-                    slot = self.pending[seq] = [[None] * self.n_shards, 0, None]
-                if slot[0][p.shard] is None:
-                    slot[1] += 1
-                slot[0][p.shard] = p.sums[i]  # a shard's partial sent twice counts once
-                if p.heads is not None:
-                    slot[2] = p.heads[i]
+            self.table.put(p)
             if p.cut > self.seq:
                 self.cut_at.add(p.cut)
+        totals, heads = self.table.take(self.table.ready())
         out, done = [], []
-        for y in self._labels():
-            parts, _, head = self.pending.pop(self.seq + 1)
-            total = _in_shard_order(parts)
+        for total, head, y in zip(totals, heads, self._labels(heads)):
             if isinstance(head, LateHead):  # in sequence order, so the records come out in it too
                 out += self._records(done, encode_for) if done else []
                 done = []
@@ -566,12 +600,8 @@ class Combiner:
                 self.parts.append((self.seq, self._part()))
         return out + (self._records(done, encode_for) if done else [])
 
-    def _labels(self) -> np.ndarray:
-        """The labels of the events now combinable (all K partials in, in
-        sequence order from the next), in the loss's domain (NaN: none)."""
-        heads = []
-        while self.pending.get(self.seq + 1 + len(heads), (None, 0))[1] == self.n_shards:
-            heads.append(self.pending[self.seq + 1 + len(heads)][2])
+    def _labels(self, heads: list) -> np.ndarray:
+        """The labels of these events' heads in the loss's domain (NaN: none)."""
         labels = [h.match.label if isinstance(h, LateHead) else h[1].get("label") for h in heads]
         return prepare_labels(self.loss, [math.nan if v is None else v for v in labels], self.n_outputs)
 
@@ -655,9 +685,9 @@ def state_classes() -> tuple[type, ...]:
 
     from pipelines.steps import Position
 
-    return (Router, ShardRunner, Combiner, Cadence, Flight, Slices, Partials, LateHead, Combined, Shard, LearnerState,
-            ProgressiveMetrics, PendingStore, Waiting, EarlyLabel, Matched, Source, KafkaMessage, Position,
-            ColumnarEvent, LabelledEvent, EventColumns, OrderedDict)
+    return (Router, ShardRunner, Combiner, PartialTable, Cadence, Flight, Slices, Partials, LateHead, Combined,
+            Shard, LearnerState, ProgressiveMetrics, PendingStore, Waiting, EarlyLabel, Matched, Source, KafkaMessage,
+            Position, ColumnarEvent, LabelledEvent, EventColumns, OrderedDict)
 
 
 class FeedbackWatch(StopRule):
