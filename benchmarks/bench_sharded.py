@@ -8,8 +8,13 @@
    events/s from the first prediction to the last.
 2. ``--shards`` table: K = 1, 2, 4 at S = 64 beside exact mode: events/s
    (bounded backfill) and p50/p99 latency with a producer paced at --rate.
+3. ``--ratios`` table: K = 2 and 4 at S = B (the batch size, ``--batch``)
+   and at S = 0 (on the first ``--exact-n`` events: one Kafka round trip per
+   event), on dense and sparse events, as a share of exact mode's events/s
+   on the same topic in the same run.
 
 Usage: python benchmarks/bench_sharded.py [--n 3000] [--rate 300] [--seconds 15]
+       python benchmarks/bench_sharded.py --ratios [--ratio-n 20000] [--batch 500]
 """
 
 from __future__ import annotations
@@ -93,6 +98,26 @@ def latency(bootstrap: str, rate: float, seconds: float, **options) -> tuple[flo
     return float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
 
 
+def ratios(bs: str, n: int, n_zero: int, batch: int) -> None:
+    """Sharded mode's events/s as a share of exact mode's, same topic, same run."""
+    X, y = toy_examples(n, 2)
+    print(f"\nevents/s first to last prediction (share of exact mode); S = B = {batch} on {n:,} events, "
+          f"S = 0 on the first {n_zero:,}")
+    print(f"{'data':<22}{'exact':>10}" + "".join(f"{f'K = {k}, S = {s}':>22}" for k in (2, 4) for s in ("B", 0)))
+    for name, events in (("toy (21 dense)", dense_events(X, y, "r-", start_ms=1_700_000_000_000)),
+                         ("sparse (50 of 2^20)", sparse_events(n))):
+        topic = f"bench.ratio.{time.time_ns()}"
+        produce_events(bs, topic, events, partitions=1, total=n, progress=False)
+        _, exact, _ = backfill(bs, topic, n, max_batch=batch)
+        cells = []
+        for k in (2, 4):
+            for s, count in ((batch, n), (0, n_zero)):
+                _, rate, _ = backfill(bs, topic, count, shards=k, max_staleness=s, max_batch=batch,
+                                      stop_after=count)
+                cells.append(f"{rate:>8,.0f} ({rate / exact:.2f}x)")
+        print(f"{name:<22}{exact:>10,.0f}" + "".join(f"{c:>22}" for c in cells), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=3000, help="events per data set for the staleness table")
@@ -102,11 +127,18 @@ def main():
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--skip-staleness", action="store_true")
     ap.add_argument("--skip-shards", action="store_true")
+    ap.add_argument("--ratios", action="store_true", help="only the table of shares of exact mode's rate")
+    ap.add_argument("--ratio-n", type=int, default=20000, help="events per data set for --ratios")
+    ap.add_argument("--exact-n", type=int, default=1000, help="events for S = 0 in --ratios")
+    ap.add_argument("--batch", type=int, default=500, help="max_batch, and S = B, for --ratios")
     ap.add_argument("--paper-data", metavar="DIR", help="also the Adult data set read from DIR/adult "
                                                         "(the layout of pipelines/bench/paper_data.py)")
     args = ap.parse_args()
     with EmbeddedBroker() as broker:
         bs = broker.bootstrap
+        if args.ratios:
+            ratios(bs, args.ratio_n, args.exact_n, args.batch)
+            return
         if not args.skip_staleness:
             print(f"\nK = {args.k} shards, {args.n} events per data set: mean progressive loss | events/s")
             print(f"{'data':<22}{'exact':>18}" + "".join(f"{f'S = {s}':>18}" for s in (0, 8, 64, 512)))

@@ -182,7 +182,7 @@ class Algorithm:
         yhat = total[:n_out].copy()
         if math.isnan(y):
             return yhat, math.nan, None
-        fb = np.empty(n_out + K.N_FB_EXTRA)
+        fb = np.zeros(n_out + K.N_FB_EXTRA)  # slots an algorithm leaves alone stay 0, not whatever memory held
         if weight == 0.0:
             return yhat, float(K.loss_only(yhat, y, loss, loss_param, fb)), None
         glob = self._glob_from(scalars)
@@ -191,6 +191,22 @@ class Algorithm:
         for name, v in zip(self.spec.globals, glob.tolist()):
             scalars[name] = v
         return yhat, value, fb
+
+    def combine_rows(self, scalars, totals, y, loss, loss_param, weights):
+        """:meth:`combine` of each row of ``totals`` in order, in one compiled
+        call; advances ``scalars``. (ŷ per row, ℓ per row, the feedback per
+        row, whether each row has feedback, the scalars after each row in
+        :attr:`scalar_names` order)."""
+        n, n_out = totals.shape[0], totals.shape[1] - K.N_EXTRAS
+        glob = self._glob_from(scalars)
+        yhats, values, learned = np.empty((n, n_out)), np.empty(n), np.zeros(n, dtype=bool)
+        feedback, globs = np.zeros((n, n_out + K.N_FB_EXTRA)), np.empty((n, glob.shape[0]))
+        K.combine_rows(self.spec.code, self._prm, glob, np.ascontiguousarray(totals, dtype=np.float64),
+                       np.asarray(y, dtype=np.float64), np.asarray(weights, dtype=np.float64), loss, loss_param,
+                       yhats, values, feedback, learned, globs)
+        for name, v in zip(self.spec.globals, glob.tolist()):
+            scalars[name] = v
+        return yhats, values, feedback, learned, globs
 
     def update(self, state, indices, data, bias, scalars, feedback, memo):
         K.update_row(self.spec.code, self._prm, self._glob_from(scalars), state.arrays["P"], state.arrays["Q"],

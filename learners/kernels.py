@@ -408,6 +408,29 @@ def combine_row(a, prm, glob, yhat, ex, y, iw, loss, loss_prm, fb):
 
 
 @jit
+def combine_rows(a, prm, glob, totals, y, iw, loss, loss_prm, yhats, values, fbs, learned, globs):
+    """``combine_row`` (or ``loss_only``) on each row of ``totals`` (ŷ then
+    the extra sums), in order, as the sharded Combiner would call them one
+    event at a time: y NaN (unlabelled) changes nothing and its value is
+    NaN; weight 0 gives the loss only; otherwise the loss, the feedback
+    fbs[i] (learned[i] set), and the globals advance. yhats[i]: ŷ as the
+    call left it; globs[i]: the globals after row i."""
+    n_out = yhats.shape[1]
+    for i in range(totals.shape[0]):
+        yhat = totals[i, :n_out].copy()
+        learned[i] = False
+        if math.isnan(y[i]):
+            values[i] = math.nan
+        elif iw[i] == 0.0:
+            values[i] = loss_grad_into(loss, loss_prm, y[i], yhat, fbs[i])
+        else:
+            values[i] = combine(a, prm, glob, yhat, totals[i, n_out:].copy(), y[i], iw[i], loss, loss_prm, fbs[i])
+            learned[i] = True
+        yhats[i] = yhat
+        globs[i] = glob
+
+
+@jit
 def loss_only(yhat, y, loss, loss_prm, fb):
     """ℓ(y, ŷ) for an example that is not learned from (weight 0)."""
     return loss_grad_into(loss, loss_prm, y, yhat, fb)
@@ -460,5 +483,5 @@ def current_weights(a, prm, glob, P, Q):
 
 drop_stale_cache("kernels", _learn_scinol1)
 
-__all__ = ["LEARN_ROWS", "predict_row", "combine_row", "loss_only", "update_row", "predict_rows", "update_rows",
-           "current_weights"]
+__all__ = ["LEARN_ROWS", "predict_row", "combine_row", "loss_only", "update_row", "predict_rows", "combine_rows",
+           "update_rows", "current_weights"]

@@ -125,6 +125,18 @@ class Mixture:
         # h last: the shards weigh their running means with it
         return ymix, float(value), np.append(fb.reshape(-1), float(weight))
 
+    def combine_rows(self, scalars, totals, y, loss, loss_param, weights):
+        """:meth:`combine` row by row, giving what ``Algorithm.combine_rows`` gives."""
+        n, n_out = totals.shape[0], (totals.shape[1] - 1) // MX.N_BASES
+        yhats, values, learned = np.empty((n, n_out)), np.empty(n), np.zeros(n, dtype=bool)
+        feedback, globs = np.zeros((n, MX.N_BASES * n_out + 1)), np.empty((n, len(MX.GLOBALS)))
+        for i in range(n):
+            yhats[i], values[i], fb = self.combine(scalars, totals[i], float(y[i]), loss, loss_param, float(weights[i]))
+            if fb is not None:
+                feedback[i], learned[i] = fb, True
+            globs[i] = self._glob(scalars)
+        return yhats, values, feedback, learned, globs
+
     def update(self, state, indices, data, bias, scalars, feedback, memo):
         P = state.arrays["P"]
         feedback = np.asarray(feedback, dtype=np.float64)

@@ -61,6 +61,9 @@ class ShardableLearner(Learner, Protocol):
 
     def predict_rows(self, state, indptr, indices, data, scalars, learning) -> tuple[np.ndarray, object]: ...
 
+    def combine_rows(self, scalars: dict, totals: np.ndarray, y: np.ndarray, loss: int, loss_param: float,
+                     weights: np.ndarray) -> tuple: ...
+
     def update_rows(self, state, indptr, indices, data, globs, feedback, has_feedback, memo, first_row) -> None: ...
 
     @property

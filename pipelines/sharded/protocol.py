@@ -586,13 +586,20 @@ class Combiner:
                 self.cut_at.add(p.cut)
         totals, heads = self.table.take(self.table.ready())
         out, done = [], []
-        for total, head, y in zip(totals, heads, self._labels(heads)):
+        if not heads:
+            return out
+        y = self._labels(heads)
+        # the scalars advance event by event in one compiled call (a copy: records hold the dicts they had)
+        yhats, values, feedback, learned, globs = self.algorithm.combine_rows(
+            dict(self.scalars), totals, y, self._loss, self.loss_param, [self._weight(h) for h in heads])
+        for i, head in enumerate(heads):
+            result = (yhats[i], values[i], feedback[i] if learned[i] else None, globs[i])
             if isinstance(head, LateHead):  # in sequence order, so the records come out in it too
                 out += self._records(done, encode_for) if done else []
                 done = []
-                out.append(self._late(self.seq + 1, total, head, y))
+                out.append(self._late(self.seq + 1, head, float(y[i]), result))
             else:
-                done.append(self._combine(self.seq + 1, total, head, y))
+                done.append(self._combine(self.seq + 1, head, float(y[i]), result))
             if self.seq in self.cut_at:  # the held predictions exactly after this event
                 out += self._records(done, encode_for) if done else []
                 done = []
@@ -600,20 +607,29 @@ class Combiner:
                 self.parts.append((self.seq, self._part()))
         return out + (self._records(done, encode_for) if done else [])
 
+    @staticmethod
+    def _weight(head) -> float:
+        """An event's importance weight (validated finite and ≥ 0 upstream):
+        a late label's own, else its event's; None means 1."""
+        if isinstance(head, LateHead):
+            match = head.match
+            weight = match.event.weight if match.weight != match.weight else match.weight
+        else:
+            weight = head[1].get("weight")
+        return 1.0 if weight is None else float(weight)
+
     def _labels(self, heads: list) -> np.ndarray:
         """The labels of these events' heads in the loss's domain (NaN: none)."""
         labels = [h.match.label if isinstance(h, LateHead) else h[1].get("label") for h in heads]
         return prepare_labels(self.loss, [math.nan if v is None else v for v in labels], self.n_outputs)
 
-    def _late(self, seq: int, total: np.ndarray, head: LateHead, y: float) -> Combined:
+    def _late(self, seq: int, head: LateHead, y: float, result: tuple) -> Combined:
         """Learn an event whose label came late; its record carries the
         prediction made when it arrived, and the loss of that."""
         msg, match = head.message, head.match
         for event_id in head.dropped:
             self.predicted.pop(event_id, None)
-        weight = match.event.weight if match.weight != match.weight else match.weight
-        event = {"id": match.event_id, "label": match.label, "weight": weight}
-        _, _, yhat, y, _, feedback, _ = self._combine(seq, total, (msg, event), y)
+        _, _, yhat, y, _, feedback, _ = self._combine(seq, (msg, {"id": match.event_id}), y, result)
         feedback["partition"] = label_partition(msg.partition)
         arrived = self.predicted.pop(match.event_id, None)
         if arrived is None:  # not held (a part lost with its cut): the prediction made now stands in
@@ -629,20 +645,20 @@ class Combiner:
         return Combined(record, feedback, source.key if source is not None and source.key is not None
                         else match.event_id.encode())
 
-    def _combine(self, seq, total, head, y: float):
+    def _combine(self, seq, head, y: float, result: tuple):
+        """One event's records from its row of ``combine_rows`` (ŷ, ℓ, the
+        feedback or None, the scalars after it)."""
         pos, event = head
-        y = float(y)
+        yhat, value, fb, glob = result
         version = self.learned
-        weight = event.get("weight")  # validated finite and > 0 upstream; None means 1
-        yhat, value, fb = self.algorithm.combine(self.scalars, total, y, self._loss, self.loss_param,
-                                                 1.0 if weight is None else float(weight))
         if fb is not None:
             self.learned += 1
         self.seq = seq
+        self.scalars = dict(zip(self.algorithm.scalar_names, glob.tolist()))
         feedback = {"event_id": event["id"], "model": self.model, "run_id": self.run_id, "seq": seq,
                     "partition": pos.partition, "offset": pos.offset,
                     "g": [] if fb is None else fb.tolist(), "scalars": dict(self.scalars), "checkpoint": False}
-        return event, version, yhat, y, value, feedback, pos
+        return event, version, yhat, y, float(value), feedback, pos
 
     def _records(self, done, encode_for: tuple | None) -> list[Combined]:
         scores = np.array([d[2] for d in done]).reshape(len(done), -1)

@@ -166,9 +166,11 @@ def test_shards_equal_one_learner(name, loss, k):
 @pytest.mark.parametrize("name,loss", cases())
 def test_block_calls_equal_row_calls_bit_for_bit(name, loss):
     """A shard predicts a block of events in one call (predict_rows) and
-    updates a run of them in one (update_rows): the same arithmetic as
-    predict / update event by event, here with coordinates repeated across
-    rows, zeros, unlabelled rows and each row's own scalars and feedback."""
+    updates a run of them in one (update_rows), and the Combiner combines a
+    run in one (combine_rows): the same arithmetic as predict / combine /
+    update event by event, here with coordinates repeated across rows,
+    zeros, unlabelled rows, weights 0 and 2.5, each row's own scalars and
+    feedback."""
     from learners.losses import loss_code, prepare_labels
 
     algorithm = make_algorithm(name)
@@ -194,12 +196,24 @@ def test_block_calls_equal_row_calls_bit_for_bit(name, loss):
     sums, memo = algorithm.predict_rows(state, indptr, indices, data_, scalars, learning)
     np.testing.assert_array_equal(sums, np.array([s for s, _ in one]))
 
-    feedback, globs, at = [], [], []
+    feedback, globs, at, combined = [], [], [], []
+    y_rows = np.where(learning, labels_, np.nan)
+    weights = np.where(np.arange(n) == 3, 0.0, np.where(np.arange(n) == 4, 2.5, 1.0))
+    before = dict(scalars)
     for i in range(n):  # the Combiner's work: each row's feedback, and the scalars after it
-        _, _, fb = algorithm.combine(scalars, one[i][0], labels_[i] if learning[i] else np.nan, loss_code(loss))
+        yhat, value, fb = algorithm.combine(scalars, one[i][0], y_rows[i], loss_code(loss), 0.0, weights[i])
         feedback.append(fb)
         globs.append([scalars[name] for name in algorithm.scalar_names])
         at.append(dict(scalars))
+        combined.append((yhat, value))
+    yhats, values, fbs_, learned, globs_ = algorithm.combine_rows(before, sums, y_rows, loss_code(loss), 0.0, weights)
+    np.testing.assert_array_equal(yhats, np.array([c[0] for c in combined]))
+    np.testing.assert_array_equal(values, np.array([c[1] for c in combined]))  # NaN where unlabelled
+    assert learned.tolist() == [f is not None for f in feedback]
+    for i in np.flatnonzero(learned):
+        np.testing.assert_array_equal(fbs_[i], feedback[i])
+    np.testing.assert_array_equal(globs_, np.array(globs))
+    assert before == scalars
     by_row = state.copy()
     for i in range(n):
         if feedback[i] is not None:
