@@ -7,36 +7,124 @@ each (its schema file documents them)."""
 
 from __future__ import annotations
 
+import itertools
+from typing import NamedTuple
+
+import numpy as np
+
 BATCH_BYTES = 512 * 1024
 """About the most one FeedbackBatch holds, under Kafka's default 1 MB message limit."""
 
 
-def feedback_batches(records: list[dict]) -> list[dict]:
-    """Feedback records (dicts of ``scinol.Feedback``'s fields) of one model
-    and run, in order, as FeedbackBatch records of at most about
-    :data:`BATCH_BYTES` each (a new one also wherever the scalars' names
-    change, as between a control record and an event's)."""
-    width = max((len(r["g"]) for r in records), default=0)
-    out, group, names = [], [], None
-    for r in records:
-        these = list(r["scalars"])
-        if group and (these != names or len(group) >= BATCH_BYTES // (8 * (width + len(names)) + 64)):
-            out.append(_batch(group, names, width))
-            group = []
-        group.append(r)
-        names = these
-    return out + ([_batch(group, names, width)] if group else [])
+class FeedbackColumns(NamedTuple):
+    """The Feedback of consecutive events of one model and run as arrays,
+    what the combine step makes: one row per event; ``g`` (n, width), zero
+    rows where nothing was learned; ``scalars`` (n, len(scalar_names)),
+    the global scalars after each event."""
+
+    model: str
+    run_id: str
+    event_ids: list[str]
+    seqs: np.ndarray
+    partitions: np.ndarray
+    offsets: np.ndarray
+    learned: np.ndarray
+    g: np.ndarray
+    scalar_names: list[str]
+    scalars: np.ndarray
+    checkpoints: np.ndarray
+
+    @property
+    def n(self) -> int:
+        """How many events (rows)."""
+        return len(self.event_ids)
+
+    @classmethod
+    def of_records(cls, records: list[dict]) -> "FeedbackColumns":
+        """Feedback records (dicts of ``scinol.Feedback``'s fields) with the same scalars' names."""
+        width = max((len(r["g"]) for r in records), default=0)
+        names = list(records[0]["scalars"])
+        g = np.zeros((len(records), width))
+        for i, r in enumerate(records):
+            g[i, :len(r["g"])] = r["g"]
+        return cls(records[0]["model"], records[0]["run_id"], [r["event_id"] for r in records],
+                   _ints([r["seq"] for r in records]), _ints([r["partition"] for r in records]),
+                   _ints([r["offset"] for r in records]), np.array([bool(r["g"]) for r in records]), g, names,
+                   np.array([[r["scalars"][n] for n in names] for r in records]).reshape(len(records), len(names)),
+                   np.array([r["checkpoint"] for r in records], dtype=bool))
+
+    def take(self, rows: np.ndarray) -> "FeedbackColumns":
+        """These rows, in this order (a row may come twice or not at all)."""
+        return self._replace(event_ids=[self.event_ids[i] for i in rows.tolist()],
+                             **{f: getattr(self, f)[rows] for f in _ROW_ARRAYS})
+
+    def faulted(self, drop, duplicate) -> "FeedbackColumns":
+        """Without the events whose sequence numbers are in ``drop``, and
+        those in ``duplicate`` twice (fault trials: lost and repeated feedback)."""
+        if not drop and not duplicate:
+            return self
+        counts = 1 + np.isin(self.seqs, list(duplicate)) - 2 * np.isin(self.seqs, list(drop))
+        return self.take(np.repeat(np.arange(self.n), np.maximum(counts, 0)))
+
+    @classmethod
+    def concat(cls, parts: list["FeedbackColumns"]) -> "FeedbackColumns":
+        """Consecutive columns of one model, run and set of scalars' names, as one."""
+        if len(parts) == 1:
+            return parts[0]
+        width = max(p.g.shape[1] for p in parts)
+        g = np.zeros((sum(p.n for p in parts), width))
+        at = 0
+        for p in parts:
+            g[at:at + p.n, :p.g.shape[1]] = p.g
+            at += p.n
+        return parts[0]._replace(event_ids=[e for p in parts for e in p.event_ids], g=g,
+                                 **{f: np.concatenate([getattr(p, f) for p in parts])
+                                    for f in _ROW_ARRAYS if f != "g"})
+
+    def batches(self) -> list[dict]:
+        """As FeedbackBatch records of at most about :data:`BATCH_BYTES` each."""
+        n, width, m = self.n, self.g.shape[1], len(self.scalar_names)
+        step = max(1, BATCH_BYTES // (8 * (width + m) + 64))
+        return [self._batch(lo, min(lo + step, n)) for lo in range(0, n, step)]
+
+    def _batch(self, lo: int, hi: int) -> dict:
+        return {"model": self.model, "run_id": self.run_id, "event_ids": self.event_ids[lo:hi],
+                "seqs": self.seqs[lo:hi].tolist(), "partitions": self.partitions[lo:hi].tolist(),
+                "offsets": self.offsets[lo:hi].tolist(), "learned": self.learned[lo:hi].tolist(),
+                "g_width": self.g.shape[1], "g": self.g[lo:hi].ravel().tolist(),
+                "scalar_names": list(self.scalar_names), "scalars": self.scalars[lo:hi].ravel().tolist(),
+                "checkpoints": self.checkpoints[lo:hi].tolist()}
 
 
-def _batch(records: list[dict], names: list[str], width: int) -> dict:
-    blank = [0.0] * width
-    return {"model": records[0]["model"], "run_id": records[0]["run_id"],
-            "event_ids": [r["event_id"] for r in records], "seqs": [r["seq"] for r in records],
-            "partitions": [r["partition"] for r in records], "offsets": [r["offset"] for r in records],
-            "learned": [bool(r["g"]) for r in records], "g_width": width,
-            "g": [x for r in records for x in (r["g"] or blank)], "scalar_names": names,
-            "scalars": [r["scalars"][name] for r in records for name in names],
-            "checkpoints": [r["checkpoint"] for r in records]}
+_ROW_ARRAYS = ("seqs", "partitions", "offsets", "learned", "g", "scalars", "checkpoints")
+
+
+def _ints(values: list) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
+def feedback_batches(records: list[dict] | list[FeedbackColumns]) -> list[dict]:
+    """Feedback of one model and run, in order, as FeedbackBatch records of
+    at most about :data:`BATCH_BYTES` each; a new one also wherever the
+    scalars' names change, as between a control record and an event's.
+    ``records``: Feedback records (dicts of ``scinol.Feedback``'s fields)
+    or :class:`FeedbackColumns`."""
+    out = []
+    for _, group in itertools.groupby(records, key=_scalar_names):
+        out += FeedbackColumns.concat(_as_columns(group)).batches()
+    return out
+
+
+def _scalar_names(part) -> tuple:
+    return tuple(part.scalar_names if isinstance(part, FeedbackColumns) else part["scalars"])
+
+
+def _as_columns(parts) -> list[FeedbackColumns]:
+    """Columns as they are; each run of records made one."""
+    out = []
+    for columnar, run in itertools.groupby(parts, key=lambda p: isinstance(p, FeedbackColumns)):
+        out += list(run) if columnar else [FeedbackColumns.of_records(list(run))]
+    return out
 
 
 def feedback_records(batch: dict) -> list[dict]:

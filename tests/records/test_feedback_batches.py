@@ -6,7 +6,7 @@ import math
 import pytest
 
 from pipelines.records import feedback as fb
-from pipelines.records.feedback import end_markers, feedback_batches, feedback_records
+from pipelines.records.feedback import FeedbackColumns, end_markers, feedback_batches, feedback_records
 from schemas.codec import Codec, DecodeError
 from schemas.reasons import WRONG_RECORD_TYPE
 
@@ -64,6 +64,23 @@ def test_a_feedback_reader_names_what_else_it_found():
     with pytest.raises(DecodeError, match="expected scinol.FeedbackBatch") as err:
         codec.decode(codec.encode("Label", label), expected="FeedbackBatch")
     assert err.value.reason == WRONG_RECORD_TYPE
+
+
+def test_columns_make_the_batches_their_records_make():
+    """The Combiner hands over columns, run by run; a run with nothing
+    learned has no g columns at all."""
+    want = records(9)
+    runs = [FeedbackColumns.of_records(part) for part in (want[:1], want[1:2], want[2:])]
+    assert runs[1].g.shape == (1, 0)
+    assert feedback_batches(runs) == feedback_batches(want)
+    assert [r for b in through_kafka_bytes(feedback_batches(runs)) for r in feedback_records(b)] == want
+
+
+def test_fault_trials_lose_and_repeat_events_feedback():
+    want = records(6)
+    out = FeedbackColumns.of_records(want).faulted(drop={41, 44}, duplicate={42})
+    assert out.seqs.tolist() == [40, 42, 42, 43, 45]
+    assert feedback_records(feedback_batches([out])[0]) == [want[i] for i in (0, 2, 2, 3, 5)]
 
 
 def test_no_records_no_message():
