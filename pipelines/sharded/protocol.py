@@ -30,6 +30,7 @@ must be reproducible.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -45,7 +46,7 @@ from learners.state import LearnerState
 from learners.interactions import expand
 from learners.losses import losses_of
 from pipelines.records.dead_letters import dead_letter
-from pipelines.records.feedback import feedback_batches
+from pipelines.records.feedback import FeedbackColumns, feedback_batches
 from pipelines.records.events import learner_rows
 from pipelines.kafka.consumer import KafkaMessage, StopRule
 from pipelines.records.columnar import ColumnarEvent, EventColumns, LabelledEvent, prediction_values
@@ -530,11 +531,39 @@ class PartialTable:
         return total, heads
 
 
-class Combined(NamedTuple):
-    prediction: dict
-    feedback: dict
-    key: bytes  # the prediction's Kafka key (pipelines.records.predictions.prediction_key)
-    value: bytes | None = None  # the prediction encoded, when the Combiner was asked to and could
+class Run:
+    """Consecutive events the Combiner combined, as the combine step writes
+    them: their Predictions' Kafka keys and values, and their Feedback as
+    columns. ``values`` is None when the Predictions could not be encoded in
+    one call: the step then encodes :attr:`predictions` one by one."""
+
+    __slots__ = ("keys", "values", "feedback", "_predictions")
+
+    def __init__(self, keys: list[bytes], values: list[bytes] | None, feedback: FeedbackColumns, predictions):
+        self.keys, self.values, self.feedback, self._predictions = keys, values, feedback, predictions
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @property
+    def predictions(self) -> list[dict]:
+        """The Prediction records, made on first use when the values were
+        encoded from arrays (the pipeline never needs them then)."""
+        if callable(self._predictions):
+            self._predictions = self._predictions()
+        return self._predictions
+
+    def encoded(self, encode) -> list[bytes]:
+        """The Prediction values: :attr:`values`, or each record through ``encode``."""
+        return self.values if self.values is not None else [encode(p) for p in self.predictions]
+
+
+def _prediction_records(loss: str, model: str, events: list, positions: list, versions: np.ndarray,
+                        scores: np.ndarray, losses: np.ndarray, now_ms: float) -> list[dict]:
+    prob, klass = readings(loss, scores)
+    return [prediction_record(event, model, version, row, prob[i], klass[i], value, now_ms, pos)
+            for i, (event, pos, version, row, value)
+            in enumerate(zip(events, positions, versions.tolist(), scores.tolist(), losses.tolist()))]
 
 
 class Combiner:
@@ -572,9 +601,9 @@ class Combiner:
         held.events.update(self.predicted)
         return held.to_arrays()
 
-    def add(self, blocks: list[Partials], encode_for: tuple | None = None) -> list[Combined]:
-        """The events now combinable, in sequence order. ``encode_for``:
-        (codec, topic) to encode their Prediction records with, a batch in
+    def add(self, blocks: list[Partials], encode_for: tuple | None = None) -> list[Run]:
+        """The events now combinable, in sequence order, as runs. ``encode_for``:
+        (codec, topic) to encode their Prediction records with, a run in
         one compiled call (:func:`pipelines.records.columnar.prediction_values`)."""
         for p in blocks:
             if p.shard < 0:  # the end of the input: a last cut at p.first, which this Combiner is at
@@ -585,27 +614,36 @@ class Combiner:
             if p.cut > self.seq:
                 self.cut_at.add(p.cut)
         totals, heads = self.table.take(self.table.ready())
-        out, done = [], []
         if not heads:
-            return out
+            return []
         y = self._labels(heads)
-        # the scalars advance event by event in one compiled call (a copy: records hold the dicts they had)
-        yhats, values, feedback, learned, globs = self.algorithm.combine_rows(
-            dict(self.scalars), totals, y, self._loss, self.loss_param, [self._weight(h) for h in heads])
-        for i, head in enumerate(heads):
-            result = (yhats[i], values[i], feedback[i] if learned[i] else None, globs[i])
-            if isinstance(head, LateHead):  # in sequence order, so the records come out in it too
-                out += self._records(done, encode_for) if done else []
-                done = []
-                out.append(self._late(self.seq + 1, head, float(y[i]), result))
+        # the scalars advance event by event in one compiled call (on a copy: self.scalars follows the runs)
+        rows = self.algorithm.combine_rows(dict(self.scalars), totals, y, self._loss, self.loss_param,
+                                           [self._weight(h) for h in heads])
+        out = []
+        for lo, hi in self._segments(heads):
+            if isinstance(heads[lo], LateHead):
+                out.append(self._late(heads[lo], float(y[lo]), [r[lo:hi] for r in rows]))
             else:
-                done.append(self._combine(self.seq + 1, head, float(y[i]), result))
+                out.append(self._run(heads[lo:hi], y[lo:hi], [r[lo:hi] for r in rows], encode_for))
             if self.seq in self.cut_at:  # the held predictions exactly after this event
-                out += self._records(done, encode_for) if done else []
-                done = []
                 self.cut_at.discard(self.seq)
                 self.parts.append((self.seq, self._part()))
-        return out + (self._records(done, encode_for) if done else [])
+        return out
+
+    def _segments(self, heads: list) -> list[tuple[int, int]]:
+        """The runs of ``heads`` to write as one: each late label alone (its
+        record is made apart), the others up to each cut the Router asked for."""
+        cuts = {seq - self.seq for seq in self.cut_at}
+        out, lo = [], 0
+        for i, head in enumerate(heads):
+            if isinstance(head, LateHead) and lo < i:
+                out.append((lo, i))
+                lo = i
+            if isinstance(head, LateHead) or i + 1 in cuts:
+                out.append((lo, i + 1))
+                lo = i + 1
+        return out + ([(lo, len(heads))] if lo < len(heads) else [])
 
     @staticmethod
     def _weight(head) -> float:
@@ -623,75 +661,83 @@ class Combiner:
         labels = [h.match.label if isinstance(h, LateHead) else h[1].get("label") for h in heads]
         return prepare_labels(self.loss, [math.nan if v is None else v for v in labels], self.n_outputs)
 
-    def _late(self, seq: int, head: LateHead, y: float, result: tuple) -> Combined:
+    def _advance(self, learned: np.ndarray, globs: np.ndarray) -> np.ndarray:
+        """Move past events combined with these rows of ``combine_rows``;
+        the model version each was predicted with."""
+        versions = self.learned + np.cumsum(learned) - learned
+        self.learned += int(learned.sum())
+        self.seq += len(learned)
+        self.scalars = dict(zip(self.algorithm.scalar_names, globs[-1].tolist()))
+        return versions
+
+    def _feedback(self, ids: list[str], partitions, offsets, g: np.ndarray, learned: np.ndarray,
+                  globs: np.ndarray) -> FeedbackColumns:
+        """The Feedback of the last ``len(ids)`` events of the sequence."""
+        n = len(ids)
+        return FeedbackColumns(self.model, self.run_id, ids, np.arange(self.seq - n + 1, self.seq + 1),
+                               np.asarray(partitions, np.int64), np.asarray(offsets, np.int64), learned.copy(),
+                               np.where(learned[:, None], g, 0.0), list(self.algorithm.scalar_names),
+                               globs.copy(), np.zeros(n, dtype=bool))
+
+    def _run(self, heads: list, y: np.ndarray, rows: list, encode_for: tuple | None) -> Run:
+        """Consecutive events' records from their rows of ``combine_rows``."""
+        yhats, losses, g, learned, globs = rows
+        positions, events = [h[0] for h in heads], [h[1] for h in heads]
+        ids = [e["id"] for e in events]
+        versions = self._advance(learned, globs)
+        self.metrics.count(yhats, y, losses)
+        now_ms = time.time() * 1000.0
+        feedback = self._feedback(ids, [p.partition for p in positions], [p.offset for p in positions], g,
+                                  learned, globs)
+        values = None if encode_for is None else self._encoded(positions, events, versions, yhats, losses, now_ms,
+                                                                *encode_for)
+        if self.predicted is not None:
+            self._hold(ids, events, positions, versions, yhats, now_ms)
+        return Run([prediction_key(e, p) for e, p in zip(events, positions)], values, feedback,
+                   functools.partial(_prediction_records, self.loss, self.model, events, positions, versions,
+                                     yhats, losses, now_ms))
+
+    def _hold(self, ids: list[str], events: list, positions: list, versions, scores, now_ms: float) -> None:
+        """Keep each unlabelled event's prediction for its label to come."""
+        for i, event in enumerate(events):
+            if event.get("label") is None:
+                ts, pos = millis(event["timestamp"]), positions[i]
+                self.predicted[ids[i]] = Waiting(
+                    ts, int(versions[i]), now_ms - ts, scores[i].copy(), np.empty(0, dtype=np.int64),
+                    np.empty(0), 1.0, Source(pos.topic, pos.partition, pos.offset, getattr(pos, "key", None)))
+
+    def _late(self, head: LateHead, y: float, rows: list) -> Run:
         """Learn an event whose label came late; its record carries the
         prediction made when it arrived, and the loss of that."""
         msg, match = head.message, head.match
         for event_id in head.dropped:
             self.predicted.pop(event_id, None)
-        _, _, yhat, y, _, feedback, _ = self._combine(seq, (msg, {"id": match.event_id}), y, result)
-        feedback["partition"] = label_partition(msg.partition)
+        yhats, _, g, learned, globs = rows
+        self._advance(learned, globs)
+        feedback = self._feedback([match.event_id], [label_partition(msg.partition)], [msg.offset], g, learned,
+                                  globs)
         arrived = self.predicted.pop(match.event_id, None)
         if arrived is None:  # not held (a part lost with its cut): the prediction made now stands in
             log.warning("model %r: no prediction held for event %r; its loss is that of the model now",
                         self.model, match.event_id)
-            arrived = match.event._replace(scores=np.asarray(yhat, dtype=np.float64), version=self.learned - 1)
+            arrived = match.event._replace(scores=np.asarray(yhats[0], dtype=np.float64), version=self.learned - 1)
         scores = arrived.scores.reshape(1, -1)
         losses = losses_of(self.loss, np.array([y]), scores, self.loss_param)
         self.metrics.count(scores, np.array([y]), losses)
         prob, klass = readings(self.loss, scores)
         record = labelled_prediction(match.event_id, self.model, arrived, match.label, losses[0], prob[0], klass[0])
         source = match.event.source
-        return Combined(record, feedback, source.key if source is not None and source.key is not None
-                        else match.event_id.encode())
+        key = source.key if source is not None and source.key is not None else match.event_id.encode()
+        return Run([key], None, feedback, [record])
 
-    def _combine(self, seq, head, y: float, result: tuple):
-        """One event's records from its row of ``combine_rows`` (ŷ, ℓ, the
-        feedback or None, the scalars after it)."""
-        pos, event = head
-        yhat, value, fb, glob = result
-        version = self.learned
-        if fb is not None:
-            self.learned += 1
-        self.seq = seq
-        self.scalars = dict(zip(self.algorithm.scalar_names, glob.tolist()))
-        feedback = {"event_id": event["id"], "model": self.model, "run_id": self.run_id, "seq": seq,
-                    "partition": pos.partition, "offset": pos.offset,
-                    "g": [] if fb is None else fb.tolist(), "scalars": dict(self.scalars), "checkpoint": False}
-        return event, version, yhat, y, float(value), feedback, pos
-
-    def _records(self, done, encode_for: tuple | None) -> list[Combined]:
-        scores = np.array([d[2] for d in done]).reshape(len(done), -1)
-        y = np.array([d[3] for d in done])
-        losses = np.array([d[4] for d in done])
-        self.metrics.count(scores, y, losses)
-        prob, klass = readings(self.loss, scores)
-        now_ms = time.time() * 1000.0
-        values = [None] * len(done) if encode_for is None else self._encoded(done, scores, losses, now_ms, *encode_for)
-        out = [Combined(prediction_record(event, self.model, version, row, prob[i], klass[i], value, now_ms, pos),
-                        feedback, prediction_key(event, pos), values[i])
-               for i, ((event, version, _, _, value, feedback, pos), row) in enumerate(zip(done, scores.tolist()))]
-        if self.predicted is not None:
-            for i, c in enumerate(out):
-                if c.prediction["label"] is None:
-                    p = c.prediction
-                    self.predicted[p["event_id"]] = Waiting(
-                        int(p["event_timestamp"]), p["model_version"], p["latency_ms"], scores[i].copy(),
-                        np.empty(0, dtype=np.int64), np.empty(0), 1.0, Source(*done[i][6][:3],
-                                                                            getattr(done[i][6], "key", None)))
-        return out
-
-
-    def _encoded(self, done, scores, losses, now_ms, codec, topic) -> list:
-        """The Prediction records of ``done`` as Kafka values, byte for byte
-        what the codec writes for them, or Nones when that cannot be had in
-        one call (the caller then encodes them one by one)."""
-        items = [(d[6], d[0]) for d in done]
+    def _encoded(self, positions, events, versions, scores, losses, now_ms, codec, topic) -> list[bytes] | None:
+        """The Prediction records of these events as Kafka values, byte for
+        byte what the codec writes for them, or None when that cannot be had
+        in one call (the caller then encodes them one by one)."""
         prob, klass = reading_arrays(self.loss, scores)
-        values = prediction_values(codec, topic, self.model, items, [d[0] for d in done],
-                                   versions=np.array([d[1] for d in done], dtype=np.int64), scores=scores,
-                                   losses=losses, probability=prob, klass=klass, now_ms=now_ms)
-        return [None] * len(done) if values is None else values
+        return prediction_values(codec, topic, self.model, list(zip(positions, events)), events,
+                                 versions=versions.astype(np.int64), scores=scores, losses=losses,
+                                 probability=prob, klass=klass, now_ms=now_ms)
 
 
 def state_classes() -> tuple[type, ...]:
@@ -701,7 +747,7 @@ def state_classes() -> tuple[type, ...]:
 
     from pipelines.steps import Position
 
-    return (Router, ShardRunner, Combiner, PartialTable, Cadence, Flight, Slices, Partials, LateHead, Combined,
+    return (Router, ShardRunner, Combiner, PartialTable, Cadence, Flight, Slices, Partials, LateHead,
             Shard, LearnerState, ProgressiveMetrics, PendingStore, Waiting, EarlyLabel, Matched, Source, KafkaMessage,
             Position, ColumnarEvent, LabelledEvent, EventColumns, OrderedDict)
 

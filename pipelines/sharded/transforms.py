@@ -28,6 +28,7 @@ order; the K partial sums of an event meet in its per-event table.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import NamedTuple
 
@@ -396,37 +397,36 @@ class CombineStep(_Sharded, beam.DoFn):
                 generation=beam.DoFn.StateParam(_Sharded.GENERATION)):
         model, partials = element
         combiner = self._combiner(model, saved, generation)
-        encode, topic = self.codec.encode, self.cfg.predictions_topic
-        done = combiner.add(partials, encode_for=(self.codec, topic))
+        topic = self.cfg.predictions_topic
+        runs = combiner.add(partials, encode_for=(self.codec, topic))
         self._keep(model, saved, generation)
-        if not done:
+        if not runs:
             if combiner.parts:
-                self._late_cuts(model, combiner, done)
+                self._late_cuts(model, combiner, runs)
             return
-        for d in done:
-            self.predictions.produce(d.value or encode("scinol.Prediction", d.prediction, topic), d.key)
+        encode = functools.partial(self.codec.encode, "scinol.Prediction", topic=topic)
+        for run in runs:
+            for value, key in zip(run.encoded(encode), run.keys):
+                self.predictions.produce(value, key)
         self.predictions.flush()
-        combiner.cadence.since += len(done)
+        n = sum(len(run) for run in runs)
+        combiner.cadence.since += n
         if combiner.predicted is not None:
-            self._late_cuts(model, combiner, done)
+            self._late_cuts(model, combiner, runs)
         elif self.store is not None and combiner.cadence.due(self.cfg):
-            done[-1].feedback["checkpoint"] = True
+            runs[-1].feedback.checkpoints[-1] = True
             combiner.cadence.restart()
-        self._send_feedback(model, done)
-        self.predicted.inc(len(done))
+        self._send_feedback(model, runs)
+        self.predicted.inc(n)
 
-    def _send_feedback(self, model: str, done) -> None:
+    def _send_feedback(self, model: str, runs) -> None:
         """One FeedbackBatch message per batch (two or more for a very wide model)."""
-        faults, records = self.run.faults, []
-        for d in done:
-            seq = d.feedback["seq"]
-            if seq not in faults.drop:
-                records += [d.feedback, d.feedback] if seq in faults.duplicate else [d.feedback]
-        for batch in feedback_batches(records):
+        faults = self.run.faults
+        for batch in feedback_batches([run.feedback.faulted(faults.drop, faults.duplicate) for run in runs]):
             self.feedback.produce(self.codec.encode("scinol.FeedbackBatch", batch, self.cfg.feedback), model.encode())
         self.feedback.poll()
 
-    def _late_cuts(self, model: str, combiner: Combiner, done) -> None:
+    def _late_cuts(self, model: str, combiner: Combiner, runs) -> None:
         """With delayed labels, cuts where the Router asked for them: this
         step's part (the predictions held for labels) is written, then the
         cut's feedback is marked for the shards."""
@@ -434,12 +434,11 @@ class CombineStep(_Sharded, beam.DoFn):
         parts, combiner.parts = combiner.parts, []
         if self.store is None or not parts:
             return
-        marked = {seq for seq, _ in parts}
+        marked = [seq for seq, _ in parts]
         for seq, aux in parts:
             self.store.save_part(model, seq, "combiner", aux, {})
-        for d in done:
-            if d.feedback["seq"] in marked:
-                d.feedback["checkpoint"] = True
+        for run in runs:
+            run.feedback.checkpoints[np.isin(run.feedback.seqs, marked)] = True
 
     def finish_bundle(self):
         self.predictions.flush()

@@ -62,9 +62,9 @@ class LateLoop:
                 self._combine(shard.feedback(feedback_batches(records)))
 
     def _combine(self, partials):
-        for done in self.combiner.add(partials):
-            self.predictions.append(done.prediction)
-            self.queue.append(done.feedback)
+        for run in self.combiner.add(partials):
+            self.predictions += run.predictions
+            self.queue.append(run.feedback)
 
 
 def label_messages(rows, start_offset=0):

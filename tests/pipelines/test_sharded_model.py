@@ -80,7 +80,7 @@ def test_partials_in_any_order_and_sent_twice_give_the_same_bits():
 
     def scores(order):
         fresh = Loop(make_learner("scinol2", "logistic"), 3, staleness=64)
-        out = [c.prediction for batch in order for c in fresh.combiner.add(batch)]
+        out = [p for batch in order for run in fresh.combiner.add(batch) for p in run.predictions]
         assert [p["event_id"] for p in out] == [e["id"] for _, e in items]
         return [p["score"] for p in out]
 
@@ -149,6 +149,7 @@ def test_a_loop_kept_as_bytes_mid_stream_carries_on_as_the_uninterrupted_one(sta
     feedback undelivered, then read back beside a learner made afresh (its
     compiled algorithm and hasher are not pickled), carry on bit for bit
     like the loop that was never stopped."""
+    from pipelines.records.feedback import FeedbackColumns
     from pipelines.sharded.protocol import state_classes
     from pipelines.steps import pickle_sharing, unpickle_sharing
 
@@ -165,7 +166,8 @@ def test_a_loop_kept_as_bytes_mid_stream_carries_on_as_the_uninterrupted_one(sta
     assert before.feedback_queue and any(s.in_flight for s in before.shards)
     data = pickle_sharing(before, {"algorithm": first.algorithm, "hasher": first.hasher})
     again = make_learner("scinol2", "logistic")
-    after = unpickle_sharing(data, {"algorithm": again.algorithm, "hasher": again.hasher}, (*state_classes(), Loop))
+    after = unpickle_sharing(data, {"algorithm": again.algorithm, "hasher": again.hasher},
+                             (*state_classes(), Loop, FeedbackColumns))
     assert after.shards[0].algorithm is again.algorithm and after.router.hasher is again.hasher
     for shard in after.shards:
         shard.restart_clocks()
@@ -210,6 +212,7 @@ def test_the_combiner_encodes_a_batch_of_predictions_as_the_codec_does(learner_n
     add = loop.combiner.add
     loop.combiner.add = lambda blocks: [made.append(c) or c for c in add(blocks, encode_for=(codec, "preds"))]
     loop.run(items)
-    assert len(made) == len(items) and all(c.value is not None for c in made)
-    assert any(c.prediction["label"] is None for c in made) and any(c.prediction["label"] is not None for c in made)
-    assert [c.value for c in made] == [codec.encode("scinol.Prediction", c.prediction, "preds") for c in made]
+    records = [p for run in made for p in run.predictions]
+    assert len(records) == len(items) and all(run.values is not None for run in made)
+    assert any(p["label"] is None for p in records) and any(p["label"] is not None for p in records)
+    assert [v for run in made for v in run.values] == [codec.encode("scinol.Prediction", p, "preds") for p in records]

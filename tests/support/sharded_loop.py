@@ -32,17 +32,13 @@ class Loop:
             self._deliver()
 
     def _combine(self, partials):
-        for done in self.combiner.add(partials):
-            self.predictions.append(done.prediction)
-            seq = done.feedback["seq"]
-            if seq not in self.lose:
-                self.feedback_queue.append(done.feedback)
-            if seq in self.repeat:
-                self.feedback_queue.append(done.feedback)
+        for run in self.combiner.add(partials):
+            self.predictions += run.predictions
+            self.feedback_queue.append(run.feedback.faulted(self.lose, self.repeat))
 
     def _deliver(self):
-        records, self.feedback_queue = self.feedback_queue, []
-        batches = feedback_batches(records)  # as the combine step sends them
+        columns, self.feedback_queue = self.feedback_queue, []
+        batches = feedback_batches(columns)  # as the combine step sends them
         for shard in self.shards:
             self._combine(shard.feedback(batches))
 
