@@ -652,3 +652,119 @@ def encode_file_events(header, prefix, lines, ts, model, width, indptr, indices,
         _write_event(out, offsets[i], i, header, prefix, lines, ts, model, width, indptr, indices, values, value_bytes,
                      y, labelled, weights, weighted, row, cell)
     return out, offsets
+
+
+# ---------------------------------------------------------------- scinol.FeedbackBatch, read
+
+
+@njit(cache=True)
+def _read_strings(buf, pos, end, starts, ends, at):
+    """The string array at pos as (start, end) pairs into starts/ends[at:];
+    (count, next position), next -1 when bad or past the arrays' room."""
+    count = 0
+    while True:
+        k, pos = read_long(buf, pos, end)
+        if pos < 0 or k < 0:
+            return 0, -1
+        if k == 0:
+            return count, pos
+        if at + count + k > starts.shape[0]:
+            return 0, -1
+        for j in range(k):
+            s, e, pos = read_string(buf, pos, end)
+            if pos < 0:
+                return 0, -1
+            starts[at + count + j], ends[at + count + j] = s, e
+        count += k
+
+
+@njit(cache=True)
+def _read_n_longs(buf, pos, end, out, ints):
+    """Exactly out.shape[0] longs (``ints``: each within Avro's int) from
+    the array at pos; the next position, -1 when anything else is there."""
+    count, n = 0, out.shape[0]
+    while True:
+        k, pos = read_long(buf, pos, end)
+        if pos < 0 or k < 0:
+            return -1
+        if k == 0:
+            return pos if count == n else -1
+        if count + k > n:
+            return -1
+        for j in range(k):
+            v, pos = read_long(buf, pos, end)
+            if pos < 0 or (ints and (v < -2147483648 or v > 2147483647)):
+                return -1
+            out[count + j] = v
+        count += k
+
+
+@njit(cache=True)
+def _read_n_flags(buf, pos, end, out):
+    """Exactly out.shape[0] booleans (bytes 0 or 1) from the array at pos."""
+    count, n = 0, out.shape[0]
+    while True:
+        k, pos = read_long(buf, pos, end)
+        if pos < 0 or k < 0:
+            return -1
+        if k == 0:
+            return pos if count == n else -1
+        if count + k > n or k > end - pos:
+            return -1
+        for j in range(k):
+            b = buf[pos + j]
+            if b > 1:
+                return -1
+            out[count + j] = b
+        pos += k
+        count += k
+
+
+@njit(cache=True)
+def decode_feedback_batch(buf, pos, end):
+    """A FeedbackBatch body (current layout) at buf[pos:end]: (next position,
+    or -1 when the compiled reader does not take it; strings as (start, end)
+    pairs: model, run_id, the n event ids, then the scalars' names; seqs,
+    partitions, offsets, learned, g_width, g, scalars, checkpoints)."""
+    room = end - pos + 2
+    starts, ends = np.zeros(room, np.int64), np.zeros(room, np.int64)
+    longs, flags, doubles = np.zeros((3, 0), np.int64), np.zeros((2, 0), np.uint8), np.zeros(0)
+    bad = (-1, 0, 0, starts, ends, longs, flags, 0, doubles, doubles)
+    s, e, pos = read_string(buf, pos, end)
+    if pos < 0:
+        return bad
+    starts[0], ends[0] = s, e
+    s, e, pos = read_string(buf, pos, end)
+    if pos < 0:
+        return bad
+    starts[1], ends[1] = s, e
+    n, pos = _read_strings(buf, pos, end, starts, ends, 2)
+    if pos < 0:
+        return bad
+    longs, flags = np.zeros((3, n), np.int64), np.zeros((2, n), np.uint8)
+    pos = _read_n_longs(buf, pos, end, longs[0], False)
+    if pos >= 0:
+        pos = _read_n_longs(buf, pos, end, longs[1], True)
+    if pos >= 0:
+        pos = _read_n_longs(buf, pos, end, longs[2], False)
+    if pos >= 0:
+        pos = _read_n_flags(buf, pos, end, flags[0])
+    if pos < 0:
+        return bad
+    width, pos = read_long(buf, pos, end)
+    if pos < 0 or width < -2147483648 or width > 2147483647:
+        return bad
+    g = np.empty((end - pos) // 8 + 1)
+    n_g, pos = read_doubles(buf, pos, end, g, 0)
+    if pos < 0:
+        return bad
+    m, pos = _read_strings(buf, pos, end, starts, ends, 2 + n)
+    if pos < 0:
+        return bad
+    scalars = np.empty((end - pos) // 8 + 1)
+    n_s, pos = read_doubles(buf, pos, end, scalars, 0)
+    if pos >= 0:
+        pos = _read_n_flags(buf, pos, end, flags[1])
+    if pos < 0:
+        return bad
+    return pos, n, m, starts, ends, longs, flags, width, g[:n_g], scalars[:n_s]

@@ -12,6 +12,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from pipelines.records.avro_kernels import decode_feedback_batch
+from schemas.catalog import load_schema
+from schemas.codec import HEADER_SIZE, MAGIC, Codec
+
 BATCH_BYTES = 512 * 1024
 """About the most one FeedbackBatch holds, under Kafka's default 1 MB message limit."""
 
@@ -125,6 +129,54 @@ def _as_columns(parts) -> list[FeedbackColumns]:
     for columnar, run in itertools.groupby(parts, key=lambda p: isinstance(p, FeedbackColumns)):
         out += list(run) if columnar else [FeedbackColumns.of_records(list(run))]
     return out
+
+
+class FeedbackReader:
+    """Reads FeedbackBatch messages as ``codec.decode(value, expected=
+    "scinol.FeedbackBatch")`` does, to the same record: one written with
+    the current schema in one compiled call
+    (:func:`pipelines.records.avro_kernels.decode_feedback_batch`), anything
+    else (an older writer schema, bytes the compiled reader does not take)
+    by the codec, which also names what is wrong (a ``DecodeError``)."""
+
+    def __init__(self, codec: Codec):
+        self.codec = codec
+        self._ids: frozenset[int] = frozenset()
+        self._known = -1
+
+    def decode(self, value) -> dict:
+        if value.__class__ is bytes and len(value) > HEADER_SIZE and value[0] == MAGIC:
+            if int.from_bytes(value[1:HEADER_SIZE], "big") in self._current_ids():
+                record = _compiled(value)
+                if record is not None:
+                    return record
+        return self.codec.decode(value, expected="scinol.FeedbackBatch")
+
+    def _current_ids(self) -> frozenset[int]:
+        """The schema ids the codec reads as this version's FeedbackBatch (a
+        registry's join as the codec meets them)."""
+        table = self.codec._by_id
+        if len(table) != self._known:
+            from fastavro.schema import to_parsing_canonical_form as canonical
+
+            current = canonical(load_schema("scinol.FeedbackBatch"))
+            self._ids = frozenset(sid for sid, (name, _, writer, _) in dict(table).items()
+                                  if name == "scinol.FeedbackBatch" and writer is not None
+                                  and canonical(writer) == current)
+            self._known = len(table)
+        return self._ids
+
+
+def _compiled(value: bytes) -> dict | None:
+    buf = np.frombuffer(value, np.uint8)
+    end, n, m, starts, ends, longs, flags, width, g, scalars = decode_feedback_batch(buf, HEADER_SIZE, buf.shape[0])
+    if end != buf.shape[0]:
+        return None  # not taken, or bytes left over: the codec decides
+    text = [value[a:b].decode() for a, b in zip(starts[:2 + n + m].tolist(), ends[:2 + n + m].tolist())]
+    return {"model": text[0], "run_id": text[1], "event_ids": text[2:2 + n], "seqs": longs[0].tolist(),
+            "partitions": longs[1].tolist(), "offsets": longs[2].tolist(), "learned": flags[0].astype(bool).tolist(),
+            "g_width": int(width), "g": g.tolist(), "scalar_names": text[2 + n:], "scalars": scalars.tolist(),
+            "checkpoints": flags[1].astype(bool).tolist()}
 
 
 def feedback_records(batch: dict) -> list[dict]:

@@ -46,7 +46,7 @@ from learners.state import LearnerState
 from learners.interactions import expand
 from learners.losses import losses_of
 from pipelines.records.dead_letters import dead_letter
-from pipelines.records.feedback import FeedbackColumns, feedback_batches
+from pipelines.records.feedback import FeedbackColumns, FeedbackReader, feedback_batches
 from pipelines.records.events import learner_rows
 from pipelines.kafka.consumer import KafkaMessage, StopRule
 from pipelines.records.columnar import ColumnarEvent, EventColumns, LabelledEvent, prediction_values
@@ -778,7 +778,7 @@ class FeedbackWatch(StopRule):
         self.idle_timeout = idle_timeout
         self._seen: dict[int, np.ndarray] | None = None
         self._left = 0
-        self._codec = None
+        self._codec = self._reader = None
         self._last_seq: dict[str, int] = {}
         self._last_progress = self._last_beat = 0.0
 
@@ -786,6 +786,7 @@ class FeedbackWatch(StopRule):
         from schemas.codec import Codec
 
         self._codec = Codec(self.registry)
+        self._reader = FeedbackReader(self._codec)
         targets = self.targets or {}
         self._seen = {p: np.zeros(b - a, dtype=bool) for p, (a, b) in targets.items()}
         self._left = sum(b - a for a, b in targets.values())
@@ -798,7 +799,7 @@ class FeedbackWatch(StopRule):
         before = self._left
         for msg in batch:
             try:
-                rec = self._codec.decode(msg.value, expected="scinol.FeedbackBatch")
+                rec = self._reader.decode(msg.value)
             except Exception as exc:  # noqa: BLE001 - a foreign record on the feedback topic
                 log.warning("feedback topic offset %d: not a FeedbackBatch record (%s); ignored", msg.offset, exc)
                 continue

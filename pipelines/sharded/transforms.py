@@ -41,7 +41,7 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from pipelines.config import RunConfig
 from pipelines.kafka.producer import KafkaWriter
 from pipelines.records.dead_letters import dead_letter_message
-from pipelines.records.feedback import end_markers, feedback_batches
+from pipelines.records.feedback import FeedbackReader, end_markers, feedback_batches
 from pipelines.records.labels import PendingStore
 from pipelines.state.cuts import CutStore
 from pipelines.steps import (NAMESPACE, DecodeEvents, KeptCoder, KeptObjects, LabelBatch, pickle_sharing,
@@ -145,12 +145,16 @@ class DecodeShardedInput(DecodeEvents):
     """Batches from both topics → (model, (EVENTS, [(Position, event)...]))
     or (model, (FEEDBACK, [FeedbackBatch record...])); bad events to the ``dead`` tag."""
 
+    def setup(self):
+        super().setup()
+        self.feedback_reader = FeedbackReader(self.codec)
+
     def process(self, batch):
         if batch and batch[0].topic == self.cfg.feedback:
             by_model: dict[str, list] = {}
             for msg in batch:
                 try:
-                    rec = self.codec.decode(msg.value, expected="scinol.FeedbackBatch")
+                    rec = self.feedback_reader.decode(msg.value)
                 except DecodeError as exc:
                     Metrics.counter(NAMESPACE, "feedback_undecodable").inc()
                     log.warning("feedback topic %s[%d] offset %d: %s; ignored", msg.topic, msg.partition,
