@@ -1,7 +1,8 @@
 """Compiled Avro reading and writing for the project's own records, used by
 :mod:`pipelines.records.columnar`: a whole batch of Confluent-framed
-``scinol.Event`` messages read into arrays in one call, and a batch of
-``scinol.Prediction`` records written into one buffer in one call.
+``scinol.Event`` messages read into arrays in one call, a batch of
+``scinol.Prediction`` records written into one buffer in one call, and a
+``scinol.FeedbackBatch`` message (sharded mode's feedback) read in one call.
 
 The reader is deliberately narrow. It accepts a message only when it is
 sure :meth:`schemas.codec.Codec.decode` followed by
@@ -109,44 +110,62 @@ def read_double(buf, pos):
 
 
 @njit(cache=True, inline="always")
+def next_block(buf, pos, end):
+    """(item count, where the items start) of the array block at pos: count
+    0 at the array's end, -1 when bad. A negative count (a block written
+    with its size in bytes) counts as bad: the codec reads those."""
+    k, pos = read_long(buf, pos, end)
+    return (k, pos) if pos >= 0 and k >= 0 else (-1, -1)
+
+
+@njit(cache=True, inline="always")
 def read_doubles(buf, pos, end, values, out):
     """The double array at pos into values[out:]; (count, next position),
     next -1 when bad. Each double takes 8 bytes, so the count is bounded by
     the bytes left before anything is written."""
     count = 0
-    while True:
-        k, pos = read_long(buf, pos, end)
-        if pos < 0 or k < 0:
-            return 0, -1
-        if k == 0:
-            return count, pos
+    k, pos = next_block(buf, pos, end)
+    while k > 0:
         if k > (end - pos) // 8:
             return 0, -1
         values[out + count:out + count + k] = buf[pos:pos + 8 * k].view(np.float64)
-        pos += 8 * k
-        count += k
+        pos, count = pos + 8 * k, count + k
+        k, pos = next_block(buf, pos, end)
+    return (count, pos) if k == 0 else (0, -1)
 
 
-@njit(cache=True, inline="always")
-def read_longs(buf, pos, end, indices, out):
-    """The long array at pos into indices[out:]; (count, next position).
-    Only arrays followed by as many doubles can be valid, so more entries
-    than (bytes left) / 9 is a fallback (and bounds what is written)."""
+LONG, INT, BOOLEAN, STRING = 0, 1, 2, 3
+"""Item kinds of :func:`read_array`."""
+
+
+@njit(cache=True)
+def read_array(buf, pos, end, kind, out, at, ends):
+    """The array of ``kind`` items at pos into out[at:] (a string as its
+    start there and its end in ends[at:]); (count, next position), next -1
+    when bad, past the room in ``out``, or outside what the compiled readers
+    take (an int outside 32 bits, a boolean byte other than 0 and 1, a block
+    written with its size, i.e. a negative count: the codec reads those)."""
     count = 0
-    while True:
-        k, pos = read_long(buf, pos, end)
-        if pos < 0 or k < 0:
+    k, pos = next_block(buf, pos, end)
+    while k > 0:
+        if at + count + k > out.shape[0]:
             return 0, -1
-        if k == 0:
-            return count, pos
-        if count + k > (end - pos) // 9:
-            return 0, -1
-        for j in range(k):
-            v, pos = read_long(buf, pos, end)
+        for i in range(at + count, at + count + k):
+            if kind == BOOLEAN:
+                if pos >= end or buf[pos] > 1:
+                    return 0, -1
+                out[i], pos = buf[pos], pos + 1
+            elif kind == STRING:
+                out[i], ends[i], pos = read_string(buf, pos, end)
+            else:
+                out[i], pos = read_long(buf, pos, end)
+                if kind == INT and not -2147483648 <= out[i] <= 2147483647:
+                    return 0, -1
             if pos < 0:
                 return 0, -1
-            indices[out + count + j] = v
         count += k
+        k, pos = next_block(buf, pos, end)
+    return (count, pos) if k == 0 else (0, -1)
 
 
 @njit(cache=True)
@@ -274,7 +293,7 @@ def _read_features(buf, pos, end, params, indices, values, out, scratch, coord_s
             indices[out + j] = j
         return n, pos
     if branch == 1:  # SparseFeatures
-        m, pos = read_longs(buf, pos, end, indices, out)
+        m, pos = read_array(buf, pos, end, LONG, indices, out, indices)
         if pos < 0:
             return 0, -1
         n, pos = read_doubles(buf, pos, end, values, out)
@@ -658,113 +677,43 @@ def encode_file_events(header, prefix, lines, ts, model, width, indptr, indices,
 
 
 @njit(cache=True)
-def _read_strings(buf, pos, end, starts, ends, at):
-    """The string array at pos as (start, end) pairs into starts/ends[at:];
-    (count, next position), next -1 when bad or past the arrays' room."""
-    count = 0
-    while True:
-        k, pos = read_long(buf, pos, end)
-        if pos < 0 or k < 0:
-            return 0, -1
-        if k == 0:
-            return count, pos
-        if at + count + k > starts.shape[0]:
-            return 0, -1
-        for j in range(k):
-            s, e, pos = read_string(buf, pos, end)
-            if pos < 0:
-                return 0, -1
-            starts[at + count + j], ends[at + count + j] = s, e
-        count += k
-
-
-@njit(cache=True)
-def _read_n_longs(buf, pos, end, out, ints):
-    """Exactly out.shape[0] longs (``ints``: each within Avro's int) from
-    the array at pos; the next position, -1 when anything else is there."""
-    count, n = 0, out.shape[0]
-    while True:
-        k, pos = read_long(buf, pos, end)
-        if pos < 0 or k < 0:
-            return -1
-        if k == 0:
-            return pos if count == n else -1
-        if count + k > n:
-            return -1
-        for j in range(k):
-            v, pos = read_long(buf, pos, end)
-            if pos < 0 or (ints and (v < -2147483648 or v > 2147483647)):
-                return -1
-            out[count + j] = v
-        count += k
-
-
-@njit(cache=True)
-def _read_n_flags(buf, pos, end, out):
-    """Exactly out.shape[0] booleans (bytes 0 or 1) from the array at pos."""
-    count, n = 0, out.shape[0]
-    while True:
-        k, pos = read_long(buf, pos, end)
-        if pos < 0 or k < 0:
-            return -1
-        if k == 0:
-            return pos if count == n else -1
-        if count + k > n or k > end - pos:
-            return -1
-        for j in range(k):
-            b = buf[pos + j]
-            if b > 1:
-                return -1
-            out[count + j] = b
-        pos += k
-        count += k
-
-
-@njit(cache=True)
 def decode_feedback_batch(buf, pos, end):
     """A FeedbackBatch body (current layout) at buf[pos:end]: (next position,
-    or -1 when the compiled reader does not take it; strings as (start, end)
-    pairs: model, run_id, the n event ids, then the scalars' names; seqs,
-    partitions, offsets, learned, g_width, g, scalars, checkpoints)."""
+    or -1 when the compiled reader does not take it; n events; m scalars;
+    strings as (start, end) pairs: model, run_id, the n event ids, then the
+    m scalars' names; seqs, partitions, offsets, learned, checkpoints as the
+    rows of one array; g_width; g; scalars)."""
     room = end - pos + 2
     starts, ends = np.zeros(room, np.int64), np.zeros(room, np.int64)
-    longs, flags, doubles = np.zeros((3, 0), np.int64), np.zeros((2, 0), np.uint8), np.zeros(0)
-    bad = (-1, 0, 0, starts, ends, longs, flags, 0, doubles, doubles)
-    s, e, pos = read_string(buf, pos, end)
+    columns, doubles = np.zeros((5, 0), np.int64), np.zeros(0)
+    bad = (-1, 0, 0, starts, ends, columns, 0, doubles, doubles)
+    for i in range(2):  # model, run_id
+        starts[i], ends[i], pos = read_string(buf, pos, end)
+        if pos < 0:
+            return bad
+    n, pos = read_array(buf, pos, end, STRING, starts, 2, ends)
     if pos < 0:
         return bad
-    starts[0], ends[0] = s, e
-    s, e, pos = read_string(buf, pos, end)
-    if pos < 0:
-        return bad
-    starts[1], ends[1] = s, e
-    n, pos = _read_strings(buf, pos, end, starts, ends, 2)
-    if pos < 0:
-        return bad
-    longs, flags = np.zeros((3, n), np.int64), np.zeros((2, n), np.uint8)
-    pos = _read_n_longs(buf, pos, end, longs[0], False)
-    if pos >= 0:
-        pos = _read_n_longs(buf, pos, end, longs[1], True)
-    if pos >= 0:
-        pos = _read_n_longs(buf, pos, end, longs[2], False)
-    if pos >= 0:
-        pos = _read_n_flags(buf, pos, end, flags[0])
-    if pos < 0:
-        return bad
+    columns = np.zeros((5, n), np.int64)
+    for row, kind in ((0, LONG), (1, INT), (2, LONG), (3, BOOLEAN)):  # seqs, partitions, offsets, learned
+        count, pos = read_array(buf, pos, end, kind, columns[row], 0, ends)
+        if pos < 0 or count != n:
+            return bad
     width, pos = read_long(buf, pos, end)
-    if pos < 0 or width < -2147483648 or width > 2147483647:
+    if pos < 0 or not -2147483648 <= width <= 2147483647:
         return bad
     g = np.empty((end - pos) // 8 + 1)
     n_g, pos = read_doubles(buf, pos, end, g, 0)
     if pos < 0:
         return bad
-    m, pos = _read_strings(buf, pos, end, starts, ends, 2 + n)
+    m, pos = read_array(buf, pos, end, STRING, starts, 2 + n, ends)
     if pos < 0:
         return bad
     scalars = np.empty((end - pos) // 8 + 1)
     n_s, pos = read_doubles(buf, pos, end, scalars, 0)
-    if pos >= 0:
-        pos = _read_n_flags(buf, pos, end, flags[1])
     if pos < 0:
         return bad
-    return pos, n, m, starts, ends, longs, flags, width, g[:n_g], scalars[:n_s]
+    count, pos = read_array(buf, pos, end, BOOLEAN, columns[4], 0, ends)  # checkpoints
+    if pos < 0 or count != n:
+        return bad
+    return pos, n, m, starts, ends, columns, width, g[:n_g], scalars[:n_s]

@@ -169,14 +169,15 @@ class FeedbackReader:
 
 def _compiled(value: bytes) -> dict | None:
     buf = np.frombuffer(value, np.uint8)
-    end, n, m, starts, ends, longs, flags, width, g, scalars = decode_feedback_batch(buf, HEADER_SIZE, buf.shape[0])
+    end, n, m, starts, ends, columns, width, g, scalars = decode_feedback_batch(buf, HEADER_SIZE, buf.shape[0])
     if end != buf.shape[0]:
         return None  # not taken, or bytes left over: the codec decides
     text = [value[a:b].decode() for a, b in zip(starts[:2 + n + m].tolist(), ends[:2 + n + m].tolist())]
-    return {"model": text[0], "run_id": text[1], "event_ids": text[2:2 + n], "seqs": longs[0].tolist(),
-            "partitions": longs[1].tolist(), "offsets": longs[2].tolist(), "learned": flags[0].astype(bool).tolist(),
-            "g_width": int(width), "g": g.tolist(), "scalar_names": text[2 + n:], "scalars": scalars.tolist(),
-            "checkpoints": flags[1].astype(bool).tolist()}
+    seqs, partitions, offsets = columns[:3].tolist()
+    learned, checkpoints = columns[3:].astype(bool).tolist()
+    return {"model": text[0], "run_id": text[1], "event_ids": text[2:2 + n], "seqs": seqs, "partitions": partitions,
+            "offsets": offsets, "learned": learned, "g_width": int(width), "g": g.tolist(),
+            "scalar_names": text[2 + n:], "scalars": scalars.tolist(), "checkpoints": checkpoints}
 
 
 def feedback_records(batch: dict) -> list[dict]:
