@@ -3,7 +3,12 @@ carries the Feedback of many consecutive events of a model as columns, so
 the combine step writes one Kafka message per batch, and the shards and the
 feedback reader decode one and work on its columns, instead of one record
 per event. The record's fields are those of ``scinol.Feedback``, one column
-each (its schema file documents them)."""
+each (its schema file documents them).
+
+:class:`FeedbackColumns` is what the combine step makes (arrays, no dict per
+event); :func:`feedback_batches` turns columns or Feedback records into
+FeedbackBatch records; :class:`FeedbackReader` reads the messages back, in
+one compiled call for those of the current schema."""
 
 from __future__ import annotations
 
