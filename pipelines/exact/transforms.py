@@ -156,7 +156,7 @@ class LearnModels(beam.DoFn):
                 predictions = runner.process_encoded(fresh, self.codec, self.cfg.predictions_topic)
             else:
                 predictions = self._encoded(runner.process(fresh))
-            keys = [prediction_key(event, position) for position, event in fresh]
+            keys = [prediction_key(event["id"], position) for position, event in fresh]
             answering = [position for position, _ in fresh]
         self._saw(items)
         if self.cfg.bounded or self.cfg.stop_after is not None:

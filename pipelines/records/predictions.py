@@ -64,11 +64,12 @@ def prediction_record(event: dict, model: str, version: int, row: list, probabil
     }
 
 
-def prediction_key(event: dict, source=None) -> bytes:
-    """A prediction's Kafka key: the event message's key, or the event id
-    when it had none, so predictions join their events by key."""
+def prediction_key(event_id: str, source=None) -> bytes:
+    """A prediction's Kafka key: the event message's key (``source``: where
+    the event was read, None when unknown), or the event id when it had
+    none, so predictions join their events by key."""
     key = getattr(source, "key", None)
-    return key if key is not None else event["id"].encode()
+    return key if key is not None else event_id.encode()
 
 
 def labelled_prediction(event_id: str, model: str, waiting, label: float, loss: float, probability,

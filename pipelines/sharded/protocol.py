@@ -693,7 +693,7 @@ class Combiner:
                                                                 *encode_for)
         if self.predicted is not None:
             self._hold(ids, events, positions, versions, yhats, now_ms)
-        return Run([prediction_key(e, p) for e, p in zip(events, positions)], values, feedback,
+        return Run([prediction_key(i, p) for i, p in zip(ids, positions)], values, feedback,
                    functools.partial(_prediction_records, self.loss, self.model, events, positions, versions,
                                      yhats, losses, now_ms))
 
@@ -726,9 +726,7 @@ class Combiner:
         self.metrics.count(scores, np.array([y]), losses)
         prob, klass = readings(self.loss, scores)
         record = labelled_prediction(match.event_id, self.model, arrived, match.label, losses[0], prob[0], klass[0])
-        source = match.event.source
-        key = source.key if source is not None and source.key is not None else match.event_id.encode()
-        return Run([key], None, feedback, [record])
+        return Run([prediction_key(match.event_id, match.event.source)], None, feedback, [record])
 
     def _encoded(self, positions, events, versions, scores, losses, now_ms, codec, topic) -> list[bytes] | None:
         """The Prediction records of these events as Kafka values, byte for
