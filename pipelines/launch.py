@@ -18,6 +18,7 @@ from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.kafka.transactions import TransactionalOutput
 from pipelines.runners import flink_rest
 from pipelines.runners.harness import end_bundles_promptly
+from pipelines.runners.options import sharded_flink_args
 from pipelines.state.resume import ResumePoint, check_resume, resume_exact, resume_sharded, source_of, supersede
 from pipelines.steps import NAMESPACE
 
@@ -81,15 +82,18 @@ def pipeline_options(cfg: RunConfig) -> tuple[PipelineOptions, object]:
     """Options from the pass-through Beam flags; the runner is chosen
     explicitly: the FnApiRunner unless ``--runner`` says otherwise (the
     DirectRunner would first try to download Prism, which cannot work here)."""
-    options = PipelineOptions(cfg.beam_args)
+    args = list(cfg.beam_args)
+    runner_name = PipelineOptions(args).view_as(StandardOptions).runner
+    flink = "flink" in (runner_name or "").lower()
+    if flink and cfg.shards is not None and not _has_flag(args, "--job_endpoint"):
+        args += sharded_flink_args(args)  # for the job server Beam starts on this machine
+    options = PipelineOptions(args)
     standard = options.view_as(StandardOptions)
-    runner_name = standard.runner
     # Never Flink's batch mode: it does not keep a partition's order on the
     # way to the keyed model, which exact mode relies on (docs/runners.md).
     # And sharded mode's feedback loop needs pipelined exchanges: a runner
     # that runs a bounded pipeline stage by stage would wait for feedback
     # that the next stage has not begun to make.
-    flink = "flink" in (runner_name or "").lower()
     standard.streaming = (standard.streaming or not cfg.bounded or flink
                           or (cfg.shards is not None and bool(runner_name)))
     if runner_name:
@@ -97,6 +101,10 @@ def pipeline_options(cfg: RunConfig) -> tuple[PipelineOptions, object]:
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
     return options, FnApiRunner()
+
+
+def _has_flag(args: list[str], name: str) -> bool:
+    return any(arg == name or arg.startswith(name + "=") for arg in args)
 
 
 def build(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint) -> None:

@@ -20,11 +20,10 @@ pytestmark = [pytest.mark.flink, pytest.mark.slow]
 def test_late_labels_on_embedded_flink_learn_in_label_arrival_order(apache_kafka, topic_name, tmp_path,  # noqa: F811
                                                                     flink_job_server_jar, shards):
     kafka_bootstrap = apache_kafka.bootstrap
-    X, y, ids = produce_delayed(kafka_bootstrap, topic_name, 20, 10, seed=2)  # sharded: ~1.7 s an event on Flink
+    X, y, ids = produce_delayed(kafka_bootstrap, topic_name, 20, 10, seed=2)
     sharded = {} if shards is None else {"shards": shards, "max_staleness": 0}
-    # sharded: one Kafka round trip per event at staleness 0; short bundles keep it quick
     cfg = config(kafka_bootstrap, topic_name, tmp_path, labels_topic=topic_name + ".labels", max_batch=20,
-                 beam_args=flink_args(flink_job_server_jar, "[local]", "--max_bundle_time_millis=20"), **sharded)
+                 beam_args=flink_args(flink_job_server_jar, "[local]"), **sharded)
     run(cfg)
     order = learning_order(predictions_of(kafka_bootstrap, cfg.predictions_topic))
     assert sorted(order) == sorted(ids)

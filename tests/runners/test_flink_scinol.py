@@ -72,11 +72,10 @@ def test_exact_mode_on_embedded_flink_equals_the_single_process_learner(
 def test_sharded_mode_on_embedded_flink_equals_exact_mode(apache_kafka, topic_name, tmp_path,
                                                           flink_job_server_jar):
     kafka_bootstrap = apache_kafka.bootstrap
-    X, y, events = toy_stream(30)  # about 1.7 s per event at staleness 0 on Flink (docs/runners.md)
+    X, y, events = toy_stream(30)  # one round trip through Kafka per event at staleness 0 (docs/runners.md)
     produce_events(kafka_bootstrap, topic_name, events, partitions=1, progress=False)
-    # One Kafka round trip per event at staleness 0: short bundles keep it quick.
     cfg = config(kafka_bootstrap, topic_name, tmp_path, shards=2, max_staleness=0,
-                 beam_args=flink_args(flink_job_server_jar, "[local]", "--max_bundle_time_millis=20"))
+                 beam_args=flink_args(flink_job_server_jar, "[local]"))
     run(cfg)
     want, _ = straight(X, y)
     preds = predictions_of(kafka_bootstrap, cfg.predictions_topic)
@@ -93,11 +92,10 @@ def test_sharded_mode_on_the_session_cluster_equals_exact_mode(apache_kafka, top
     exact mode's predictions at staleness 0, and the very bits of the same
     sharded protocol run in one process."""
     kafka_bootstrap = apache_kafka.bootstrap
-    X, y, events = toy_stream(24)  # about 1.7 s per event at staleness 0 on Flink (docs/runners.md)
+    X, y, events = toy_stream(24)  # one round trip through Kafka per event at staleness 0 (docs/runners.md)
     produce_events(kafka_bootstrap, topic_name, events, partitions=1, progress=False)
     cfg = config(kafka_bootstrap, topic_name, tmp_path, shards=2, max_staleness=0,
-                 beam_args=flink_args(flink_job_server_jar, flink_cluster.master, "--parallelism=2",
-                                      "--max_bundle_time_millis=20"))
+                 beam_args=flink_args(flink_job_server_jar, flink_cluster.master, "--parallelism=2"))
     run(cfg)
     want, _ = straight(X, y)
     by_id = {p["event_id"]: p["score"] for p in predictions_of(kafka_bootstrap, cfg.predictions_topic)}
@@ -203,8 +201,8 @@ def test_sharded_mode_survives_a_killed_taskmanager_without_losing_or_doubling_a
     X, y, events = toy_stream(n)
     produce_events(bootstrap, topic_name, events[:8], partitions=1, progress=False)
     args = flink_args(flink_job_server_jar, cluster.master, "--streaming", "--parallelism=2",
-                      "--max_bundle_time_millis=20", "--checkpointing_interval=2000",
-                      "--finish_bundle_before_checkpointing", "--number_of_execution_retries=30",
+                      "--checkpointing_interval=2000", "--finish_bundle_before_checkpointing",
+                      "--number_of_execution_retries=30",
                       "--execution_retry_delay=3000")
     cfg = config(bootstrap, topic_name, tmp_path, bounded=False, shards=2, max_staleness=0, checkpoint_every=n,
                  beam_args=args)
