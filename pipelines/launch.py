@@ -82,12 +82,12 @@ def pipeline_options(cfg: RunConfig) -> tuple[PipelineOptions, object]:
     """Options from the pass-through Beam flags; the runner is chosen
     explicitly: the FnApiRunner unless ``--runner`` says otherwise (the
     DirectRunner would first try to download Prism, which cannot work here)."""
-    args = list(cfg.beam_args)
-    runner_name = PipelineOptions(args).view_as(StandardOptions).runner
+    options = PipelineOptions(cfg.beam_args)
+    runner_name = options.view_as(StandardOptions).runner
     flink = "flink" in (runner_name or "").lower()
-    if flink and cfg.shards is not None and not _has_flag(args, "--job_endpoint"):
-        args += sharded_flink_args(args)  # for the job server Beam starts on this machine
-    options = PipelineOptions(args)
+    if flink and cfg.shards is not None and not _has_flag(cfg.beam_args, "--job_endpoint"):
+        # for the job server Beam starts on this machine
+        options = PipelineOptions([*cfg.beam_args, *sharded_flink_args(cfg.beam_args)])
     standard = options.view_as(StandardOptions)
     # Never Flink's batch mode: it does not keep a partition's order on the
     # way to the keyed model, which exact mode relies on (docs/runners.md).
