@@ -33,6 +33,9 @@ flink
     partitions, 2 TaskManagers, 48% of the events dropped as "already
     covered", the rest learned out of order). Without checkpoints there are
     no offset commits: the scinol checkpoints decide where a rerun resumes.
+    A sharded run also gets short bundles and a short network buffer timeout
+    (:func:`sharded_flink_args`, added by ``pipelines.launch`` for the runner
+    named by any flags).
 prism
     Beam's Prism runner, the binary ``scinol provision prism`` built.
 
