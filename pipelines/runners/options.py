@@ -186,13 +186,20 @@ def sharded_flink_args(given: list[str]) -> list[str]:
 
 def sharded_flink_conf_dir() -> Path:
     """A directory holding a flink-conf.yaml with the sharded run's network
-    buffer timeout, in scinol's cache (written once; the job server Beam
-    starts on this machine reads it)."""
+    buffer timeout (the job server Beam starts on this machine reads it), in
+    scinol's cache, or the temporary directory where the cache cannot be
+    written; written once."""
     from pipelines.provision.cache import cache_root
 
-    folder = cache_root() / "flink-conf" / "sharded"
-    conf = folder / "flink-conf.yaml"
     text = f"execution.buffer-timeout: {SHARDED_BUFFER_TIMEOUT_MS} ms\n"
+    try:
+        return _written(cache_root() / "flink-conf" / "sharded", text)
+    except OSError:
+        return _written(Path(tempfile.gettempdir()) / "scinol-flink-conf-sharded", text)
+
+
+def _written(folder: Path, text: str) -> Path:
+    conf = folder / "flink-conf.yaml"
     if not conf.is_file() or conf.read_text() != text:
         folder.mkdir(parents=True, exist_ok=True)
         partial = folder / f".flink-conf.yaml.{os.getpid()}"

@@ -198,6 +198,12 @@ def test_a_sharded_flink_run_ends_bundles_and_flushes_the_network_quickly(tmp_pa
     with open(f"{conf_dir}/flink-conf.yaml") as f:
         assert f.read() == "execution.buffer-timeout: 1 ms\n"
     assert latency(on_flink, shards=2)[1] == conf_dir  # the same folder the next time
+    (tmp_path / "not-a-folder").write_text("")
+    monkeypatch.setenv("SCINOL_CACHE", str(tmp_path / "not-a-folder"))  # a cache it cannot write to
+    elsewhere = latency(on_flink, shards=2)[1]
+    assert not elsewhere.startswith(str(tmp_path))
+    with open(f"{elsewhere}/flink-conf.yaml") as f:
+        assert f.read() == "execution.buffer-timeout: 1 ms\n"
     assert latency([*on_flink, "--max_bundle_time_mills=250", "--flink_conf_dir=/etc/flink"], shards=2) == \
         (250, "/etc/flink")
     assert latency(on_flink) == (None, None)  # exact mode
