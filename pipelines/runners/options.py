@@ -110,8 +110,13 @@ def beam_args(opts: RunnerOptions, extra: list[str], *, job_server_jar=None, pri
     if any(arg.split("=")[0] == "--runner" for arg in extra):
         raise ValueError(f"--runner {opts.runner} and a Beam --runner flag after `--`: give the runner once")
     made = flink_args(opts, job_server_jar) if opts.runner == "flink" else prism_args(prism_binary)
-    given = {arg.split("=")[0] for arg in extra if arg.startswith("--")}
-    return [arg for arg in made if arg.split("=")[0] not in given] + list(extra)
+    return _not_given(made, extra) + list(extra)
+
+
+def _not_given(made: list[str], given: list[str]) -> list[str]:
+    """The flags of ``made`` whose names ``given`` does not name."""
+    names = {arg.split("=")[0] for arg in given if arg.startswith("--")}
+    return [arg for arg in made if arg.split("=")[0] not in names]
 
 
 def flink_args(opts: RunnerOptions, job_server_jar=None) -> list[str]:
@@ -179,9 +184,10 @@ def sharded_flink_args(given: list[str]) -> list[str]:
     (docs/runners.md). Exact mode keeps the defaults: it is throughput-bound,
     and a model pickled into Beam state at every bundle's end favours long
     bundles."""
-    names = {arg.split("=")[0] for arg in given if arg.startswith("--")}
-    made = [f"--max_bundle_time_mills={SHARDED_BUNDLE_MILLIS}", f"--flink_conf_dir={sharded_flink_conf_dir()}"]
-    return [arg for arg in made if arg.split("=")[0] not in names]
+    made = [f"--max_bundle_time_mills={SHARDED_BUNDLE_MILLIS}"]
+    if _not_given(["--flink_conf_dir"], given):
+        made.append(f"--flink_conf_dir={sharded_flink_conf_dir()}")  # written only when it is used
+    return _not_given(made, given)
 
 
 def sharded_flink_conf_dir() -> Path:
