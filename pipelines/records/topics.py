@@ -42,7 +42,7 @@ def produce_values(bootstrap: str, topic: str, encoded: Callable[[Codec], Iterab
     admin.wait_until_ready(say=log.warning)  # a refused login or an absent broker: one line, not a traceback
     n_partitions = admin.ensure_topics([spec])[topic]
     values = encoded(Codec(registry))
-    writer = KafkaWriter(bootstrap, topic, {"linger.ms": 20, **(kafka_config or {})})
+    writer = KafkaWriter(bootstrap, topic, {"linger.ms": 20, **(kafka_config or {})}, count_delivered=False)
     bar = tqdm(total=total, unit=" events", disable=not progress, file=sys.stderr, mininterval=0.5,
                dynamic_ncols=True, leave=False)
     start = time.monotonic()

@@ -17,7 +17,8 @@ from tests.support.faultkit import TcpProxy, make_broker
 from learners import make_learner
 from pipelines.state.checkpoints import STALE_TEMP_SECONDS, CheckpointStore
 from pipelines.kafka.producer import KafkaDeliveryError, KafkaWriter
-from tests.support.trialkit import Fault, make_stream, reference_learners, run_broker_fault_trial, run_trial
+from tests.support.trialkit import (Fault, make_stream, read_topic, reference_learners, run_broker_fault_trial,
+                                    run_trial)
 
 
 @pytest.fixture(scope="module")
@@ -181,9 +182,34 @@ def test_writer_waits_out_a_refusing_broker_and_says_so(broker_kind, caplog):
 
 
 @pytest.mark.kafka
-def test_writer_raises_when_librdkafka_gives_up():
+def test_a_failures_only_writer_says_when_the_broker_answers_again(caplog):
+    """Without success reports, the end of a flush that left nothing
+    unacknowledged is what tells the operator the outage is over."""
+    proxy = TcpProxy(target_port=0)
+    broker = make_broker("tansu", advertised_port=proxy.port)
+    proxy.target_port = broker.port
+    with proxy, broker:
+        writer = KafkaWriter(f"127.0.0.1:{proxy.port}", "writer-outage-quiet", count_delivered=False)
+        writer.report_every = 1.0
+        proxy.refuse()
+        writer.produce_values([b"%d" % i for i in range(50)])
+        with caplog.at_level(logging.WARNING):
+            import threading
+            threading.Timer(3.0, proxy.accept).start()
+            writer.flush()
+        assert writer.delivered == 0  # not counted in this mode
+        assert "broker trouble" in caplog.text and "working again" in caplog.text
+        got = read_topic(f"127.0.0.1:{proxy.port}", "writer-outage-quiet", timeout=30, raw=True)
+        assert sorted(value for _, _, value in got) == sorted(b"%d" % i for i in range(50))
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("count_delivered", [True, False], ids=["every-report", "failures-only"])
+def test_writer_raises_when_librdkafka_gives_up(count_delivered):
+    """Also when librdkafka reports failures only (``scinol produce``'s bulk load)."""
     proxy = TcpProxy(target_port=1)  # refuses: never accepted
-    writer = KafkaWriter(f"127.0.0.1:{proxy.port}", "nowhere", {"message.timeout.ms": 1500})
-    writer.produce(b"x")
-    with pytest.raises(KafkaDeliveryError, match="timed out"):
+    writer = KafkaWriter(f"127.0.0.1:{proxy.port}", "nowhere", {"message.timeout.ms": 1500},
+                         count_delivered=count_delivered)
+    writer.produce_values([b"x", b"y"])
+    with pytest.raises(KafkaDeliveryError, match=r"timed out.* \(and 1 more messages failed\)"):
         writer.flush()
