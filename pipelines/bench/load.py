@@ -325,7 +325,8 @@ def memory_case(bootstrap: str, rate: float, minutes: float, every: float) -> di
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     producer = ctx.Process(target=endless_producer, args=(bootstrap, topic, rate, started))
     producer.start()
-    samples = []
+    samples, lags = [], []
+    admin, lag_every = KafkaAdmin(bootstrap), max(1, round(LAG_SECONDS / every))
     try:
         _wait_for_warm_up(started, producer, pipeline, 300)
         t0 = time.monotonic()
@@ -333,6 +334,8 @@ def memory_case(bootstrap: str, rate: float, minutes: float, every: float) -> di
             if pipeline.poll() is not None:
                 raise RuntimeError(f"scinol run exited with status {pipeline.returncode}")
             samples.append((t, rss_kib(pipeline.pid) / 1024))
+            if (len(samples) - 1) % lag_every == 0:
+                lags.append(_lag(admin, topic))
             time.sleep(every)
     finally:
         producer.terminate()
@@ -351,17 +354,28 @@ def memory_case(bootstrap: str, rate: float, minutes: float, every: float) -> di
     by_minute = [float(mib[(t >= m * 60) & (t < m * 60 + 60)].mean()) for m in range(int(np.ceil(t[-1] / 60)))]
     say(f"memory: RSS by minute (MiB) {[round(v) for v in by_minute]}")
     return {"rate": rate, "minutes": minutes, "made": made, "first": first, "last": last,
-            "peak": mib.max(), "drift": (last - first) / first, "by_minute": by_minute}
+            "peak": mib.max(), "drift": (last - first) / first, "by_minute": by_minute,
+            "max_lag": max(lags), "last_lag": lags[-1]}
+
+
+LAG_SECONDS = 15.0
+"""How often the memory run reads the two topics' end offsets: a pipeline
+that falls behind holds a growing fetch queue, which RSS would show."""
+
+
+def _lag(admin, topic: str) -> int:
+    """Events in the input topic with no prediction yet (end offsets, one partition each)."""
+    return admin.end_offsets(topic)[0] - admin.end_offsets(topic + ".pred")[0]
 
 
 def memory_table(r: dict, top: float) -> str:
     return report.table(["measured maximum events/s", "offered events/s", "minutes", "predictions made", "events/s made",
                          "RSS first minute (MiB)", "RSS last minute (MiB)", "drift (target ±10 %)", "peak MiB",
-                         "mean RSS by minute (MiB)"],
+                         "mean RSS by minute (MiB)", f"lag, events: most (every {LAG_SECONDS:g} s) / last"],
                         [[f"{top:,.0f}", f"{r['rate']:,.0f}", f"{r['minutes']:g}", f"{r['made']:,}",
                           f"{r['made'] / (r['minutes'] * 60):,.0f}",
                           f"{r['first']:.0f}", f"{r['last']:.0f}", f"**{r['drift']:+.1%}**", f"{r['peak']:.0f}",
-                          " ".join(f"{v:.0f}" for v in r["by_minute"])]])
+                          " ".join(f"{v:.0f}" for v in r["by_minute"]), f"{r['max_lag']:,} / {r['last_lag']:,}"]])
 
 
 MEMORY_NOTE = ("`scinol run` unbounded, exact mode, as a process of its own on the embedded broker; its maximum "
@@ -370,7 +384,9 @@ MEMORY_NOTE = ("`scinol run` unbounded, exact mode, as a process of its own on t
                "the toy data (100,000 rows over and over, new ids) at {load:.0%} of that rate. RSS from "
                "/proc/PID/status every {every:g} s; the means of the first and of the last minute of the "
                "paced phase. The producer and the broker share the machine's cores with the pipeline, so the "
-               "rate it kept up with is the predictions made over the minutes.")
+               "rate it kept up with is the predictions made over the minutes. Lag = the input topic's end "
+               "offset minus the predictions topic's: a pipeline falling behind shows a growing lag (and a "
+               "fuller fetch queue in its RSS).")
 
 
 # -- the command -----------------------------------------------------------------

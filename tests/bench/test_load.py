@@ -38,6 +38,8 @@ def test_all_three_parts_print_their_tables_with_positive_rates(capsys, tmp_path
     memory = _rows(out, "measured maximum")
     assert len(memory) == 1 and _number(memory[0][0]) > 0 and _number(memory[0][3]) > 0
     assert _number(memory[0][5]) > 0 and _number(memory[0][6]) > 0  # RSS in MiB
+    most, last = (int(v.replace(",", "")) for v in memory[0][10].split(" / "))  # lag, from end offsets
+    assert 0 <= last <= most
     written = (tmp_path / "benchmarks.md").read_text()
     assert "<!-- scinol bench: load start -->" in written and "### Latency at a fixed offered load" in written
 
