@@ -55,7 +55,7 @@ class KafkaWriter:
                  count_delivered: bool = True):
         """``count_delivered=False``: librdkafka reports failed deliveries
         only (``delivery.report.only.error``), so no Python call is made per
-        acknowledged message (10-15 % of a bulk load's time);
+        acknowledged message (about a tenth of a bulk load's producing time);
         :attr:`delivered` then stays 0 and failures still raise."""
         self.topic = topic
         conf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True,
