@@ -16,23 +16,14 @@ from apache_beam.metrics import Metrics
 from apache_beam.runners.worker.statecache import CacheAware
 
 from pipelines.config import RunConfig
-from pipelines.records.columnar import ColumnarEvent, EventDecoder
+from pipelines.kafka.consumer import Position
+from pipelines.records.columnar import ColumnarEvent, EventDecoder, EventRows
 from pipelines.records.dead_letters import dead_letter, dead_letter_message, screen, screen_label
 from schemas.codec import Codec
 from schemas.reasons import TOO_MANY_MODELS
 
 NAMESPACE = "scinol"
 """Beam metrics namespace of the pipelines' counters and gauges."""
-
-
-class Position(NamedTuple):
-    """Where an event came from: what a checkpoint's offsets refer to, and
-    the message's key (what its prediction is keyed by)."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None = None
 
 
 class ModelBatch(list):
@@ -100,6 +91,8 @@ class DecodeEvents(beam.DoFn):
     :mod:`pipelines.records.dead_letters`)."""
 
     DEAD = "dead"
+    rows_out = False
+    """Columnar batches go out as :class:`EventRows` (else as :class:`EventBatch`)."""
 
     def __init__(self, cfg: RunConfig, columnar: bool = False):
         self.cfg = cfg
@@ -166,6 +159,14 @@ class DecodeEvents(beam.DoFn):
             Metrics.counter(NAMESPACE, f"dead_letters_{reason}").inc()
             yield beam.pvalue.TaggedOutput(self.DEAD, dead_letter(batch[i], reason, detail))
         start, source = _origin(batch)
+        self.events.inc(len(batch))
+        if self.guard is not None:
+            self.guard.count(len(batch), len(dead))
+        if self.rows_out:
+            keep = np.ones(len(batch), dtype=bool)
+            keep[list(dead)] = False
+            yield from EventRows.split(cols, keep, batch, start, source)
+            return
         parts: dict[int, EventBatch] = {}
         for i, (msg, code) in enumerate(zip(batch, cols.model_code.tolist())):
             if i not in dead:
@@ -173,9 +174,6 @@ class DecodeEvents(beam.DoFn):
                 if items is None:
                     items = parts[code] = EventBatch(start=start, source=source)
                 items.append((Position(msg.topic, msg.partition, msg.offset, msg.key), ColumnarEvent(cols, i)))
-        self.events.inc(len(batch))
-        if self.guard is not None:
-            self.guard.count(len(batch), len(dead))
         yield from ((cols.models[code], items) for code, items in parts.items())
 
     def _too_many_models(self, cols) -> dict[int, tuple[str, str]]:

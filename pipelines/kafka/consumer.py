@@ -57,6 +57,16 @@ class KafkaMessage(NamedTuple):
     headers: Optional[list] = None  # [(str, bytes | None), ...] in order; None when it had none
 
 
+class Position(NamedTuple):
+    """Where an event came from: what a checkpoint's offsets refer to, and
+    the message's key (what its prediction is keyed by)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None = None
+
+
 class StopRule:
     """Ends the read of one partition on a condition of its content: a
     picklable prototype, copied once per partition per reader. ``observe``

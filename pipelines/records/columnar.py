@@ -26,7 +26,7 @@ from __future__ import annotations
 import io
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -36,6 +36,7 @@ from fastavro import schemaless_reader
 from learners.losses import BINARY_LOSSES, loss_code
 from pipelines.records.avro_kernels import (FALLBACK, LABELS_BINARY, LABELS_FINITE, LABELS_SOFTMAX, LAYOUT_V1,
                                             LAYOUT_V2, decode_events, gather_rows)
+from pipelines.kafka.consumer import Position
 from pipelines.records.avro_kernels import encode_file_events
 from pipelines.records.avro_kernels import encode_predictions as _encode
 from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES, screen
@@ -87,6 +88,13 @@ class EventColumns:
 
     def __len__(self) -> int:
         return self.reason.shape[0]
+
+    def __getstate__(self) -> dict:
+        """Without the Python values of :meth:`fields` (one object per
+        event): a pickled batch stays arrays, and they are made again when asked for."""
+        state = dict(self.__dict__)
+        state.pop("_fields", None)
+        return state
 
     @property
     def ok(self) -> np.ndarray:
@@ -422,6 +430,71 @@ class LabelledEvent(ColumnarEvent):
 
     def __reduce__(self):
         return LabelledEvent, (self.cols, self.i, self.label, self.weight)
+
+
+class EventRows(Sequence):
+    """One model's valid events of one decoded batch of one partition, as
+    arrays: their row numbers in the batch's columns, their offsets and
+    keys. It reads as the (Position, :class:`ColumnarEvent`) pairs of an
+    :class:`EventBatch`, made on demand, so a step that needs the pairs
+    gets them; the sharded steps read the arrays and make none. It
+    crosses Beam's steps as those arrays (the columns pickled once)."""
+
+    __slots__ = ("cols", "rows", "offsets", "keys", "start", "source")
+
+    def __init__(self, cols, rows: np.ndarray, offsets: np.ndarray, keys: list, start: int,
+                 source: tuple[str, int]):
+        self.cols, self.rows, self.offsets, self.keys = cols, rows, offsets, keys
+        self.start, self.source = start, source
+
+    def __len__(self) -> int:
+        return self.rows.shape[0]
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return EventRows(self.cols, self.rows[i], self.offsets[i], self.keys[i], self.start, self.source)
+        return Position(*self.source, int(self.offsets[i]), self.keys[i]), ColumnarEvent(self.cols, int(self.rows[i]))
+
+    def __iter__(self):
+        topic, partition = self.source
+        cols = self.cols
+        for o, k, i in zip(self.offsets.tolist(), self.keys, self.rows.tolist()):
+            yield Position(topic, partition, o, k), ColumnarEvent(cols, i)
+
+    def __reduce__(self):
+        return EventRows, (self.cols, self.rows, self.offsets, self.keys, self.start, self.source)
+
+    def learner_rows(self, learner):
+        """((indptr, indices, data), y) as :meth:`ColumnarEvent.learner_rows`
+        gives them for these events, straight from the arrays; None when that
+        path must decide (crossed features, another hasher)."""
+        cols = self.cols
+        if learner.interactions or cols.hashing != (learner.hasher.bits, learner.hasher.seed):
+            return None
+        return gather_rows(cols.indptr, cols.indices, cols.values, self.rows), cols.label[self.rows]
+
+    def event_ids(self) -> list[str]:
+        ids = self.cols.fields()[0]
+        return [ids[i] for i in self.rows.tolist()]
+
+    def covered(self) -> dict[tuple[str, int], int]:
+        """The next offset of the partition after these events."""
+        return {self.source: int(self.offsets[-1]) + 1} if len(self) else {}
+
+    @staticmethod
+    def split(cols, keep: np.ndarray, batch: list, start: int, source: tuple[str, int]) -> list[tuple[str, "EventRows"]]:
+        """(model, its EventRows) of the messages of ``batch`` where ``keep``,
+        the models in the order they first appear."""
+        offsets = np.fromiter((m.offset for m in batch), np.int64, len(batch))
+        index = np.flatnonzero(keep)
+        codes = cols.model_code[index]
+        found, first = np.unique(codes, return_index=True)
+        out = []
+        for code in found[np.argsort(first)].tolist():
+            rows = index[codes == code] if found.shape[0] > 1 else index
+            out.append((cols.models[code], EventRows(cols, rows, offsets[rows], [batch[i].key for i in rows.tolist()],
+                                                     start, source)))
+        return out
 
 
 def _own_labels(events: list, label: np.ndarray, has_label: np.ndarray | None = None):

@@ -49,7 +49,7 @@ from pipelines.records.dead_letters import dead_letter
 from pipelines.records.feedback import FeedbackColumns, FeedbackReader, feedback_batches
 from pipelines.records.events import learner_rows
 from pipelines.kafka.consumer import KafkaMessage, StopRule
-from pipelines.records.columnar import ColumnarEvent, EventColumns, LabelledEvent, prediction_values
+from pipelines.records.columnar import ColumnarEvent, EventColumns, EventRows, LabelledEvent, prediction_values
 from pipelines.records.labels import EarlyLabel, Matched, PendingStore, Source, Waiting
 from pipelines.records.predictions import (ProgressiveMetrics, labelled_prediction, millis, prediction_key,
                                            prediction_record, reading_arrays, readings)
@@ -141,32 +141,52 @@ class Router:
         """Next offset per (topic, partition) already in the sequence: events
         before it were learned before a restart and are skipped."""
 
-    def route(self, items: list[tuple]) -> tuple[list[list[Slices]], list]:
-        """(slices per shard, positions skipped as already learned)."""
+    def route(self, items) -> tuple[list[list[Slices]], list]:
+        """(slices per shard, positions skipped as already learned) for a
+        batch of (Position, event) pairs or an :class:`EventRows`."""
+        items, skipped = self._fresh(items)
+        per_shard: list[list[Slices]] = [[] for _ in range(self.n_shards)]
+        if not items:
+            return per_shard, skipped
+        if self.pending is not None:
+            items = [(pos, self.pending.with_early_label(event)) for pos, event in items]
+        if isinstance(items, EventRows):  # arrays all the way: no object per event
+            rows = items.learner_rows(self)
+            indptr, indices, data, y = (*rows[0], rows[1]) if rows is not None else self._rows(list(items))
+            ids = items.event_ids()
+            self.offsets.update(items.covered())
+        else:
+            ids = [e["id"] for _, e in items]
+            indptr, indices, data, y = self._rows([e for _, e in items])
+        coords = indices.astype(np.int64) + self.bias
+        learning = ~np.isnan(y)
+        if not isinstance(items, EventRows):
+            self._take_in(items, indptr, coords, data, learning)
+        self._split(per_shard, ids, indptr, coords, data, learning, items)
+        if self.pending is not None:
+            self.pending.expire()
+        return per_shard, skipped
+
+    def _take_in(self, items: list, indptr, coords, data, learning) -> None:
+        """Note each event's offset as routed; keep the unlabelled ones for their labels."""
+        for i, (pos, event) in enumerate(items):
+            if not learning[i] and self.pending is not None:
+                lo, hi = indptr[i], indptr[i + 1]
+                self._hold(pos, event, coords[lo:hi], data[lo:hi])
+            self.offsets[(pos.topic, pos.partition)] = pos.offset + 1
+
+    def _fresh(self, items) -> tuple[list, list]:
+        """(the items not learned before a restart, the positions of those that were)."""
+        if isinstance(items, EventRows):
+            k = int(np.searchsorted(items.offsets, self.offsets.get(items.source, 0)))  # in offset order
+            return (items[k:], [pos for pos, _ in items[:k]]) if k else (items, [])
         fresh, skipped = [], []
         for pos, event in items:
             if pos.offset < self.offsets.get((pos.topic, pos.partition), 0):
                 skipped.append(pos)
             else:
                 fresh.append((pos, event))
-        items = fresh
-        per_shard: list[list[Slices]] = [[] for _ in range(self.n_shards)]
-        if not items:
-            return per_shard, skipped
-        if self.pending is not None:
-            items = [(pos, self.pending.with_early_label(event)) for pos, event in items]
-        indptr, indices, data, y = self._rows([e for _, e in items])
-        coords = indices.astype(np.int64) + self.bias
-        learning = ~np.isnan(y)
-        for i, (pos, event) in enumerate(items):
-            if not learning[i] and self.pending is not None:
-                lo, hi = indptr[i], indptr[i + 1]
-                self._hold(pos, event, coords[lo:hi], data[lo:hi])
-            self.offsets[(pos.topic, pos.partition)] = pos.offset + 1
-        self._split(per_shard, [e["id"] for _, e in items], indptr, coords, data, learning, items)
-        if self.pending is not None:
-            self.pending.expire()
-        return per_shard, skipped
+        return fresh, skipped
 
     def mark_cut(self, per_shard) -> dict:
         """Ask for a checkpoint cut at the last event routed (the flag rides
@@ -278,7 +298,7 @@ class Flight(NamedTuple):
     values: np.ndarray
     memo: object  # the weights predict used, which the update needs (Algorithm.predict_rows)
     learning: np.ndarray
-    positions: list | None  # shard 0: each row's Kafka position
+    heads: list | None  # shard 0: each row's head (Slices.heads), its Kafka position first
     since: float
 
     @property
@@ -339,8 +359,8 @@ class ShardRunner:
             sums, memo = self.algorithm.predict_rows(self.shard.state, indptr, slots, values, self.scalars, learning)
             heads = None if block.heads is None else block.heads[lo:hi]
             first = block.first + lo
-            self.in_flight.append(Flight(first, block.event_ids[lo:hi], indptr, slots, values, memo, learning,
-                                         None if heads is None else [h[0] for h in heads], now))
+            self.in_flight.append(Flight(first, block.event_ids[lo:hi], indptr, slots, values, memo, learning, heads,
+                                         now))
             out.append(Partials(first, self.shard_no, sums, heads, block.cut if first <= block.cut < block.first + hi
                                 else 0))
             self.queued -= hi - lo
@@ -424,9 +444,13 @@ class ShardRunner:
         lo, hi = self.applied + 1 - flight.first, until - flight.first
         self.applied = until - 1
         self.learned += int(flight.learning[lo:hi].sum())
-        if flight.positions is not None:
-            for pos in flight.positions[lo:hi]:
-                self.offsets[(pos.topic, pos.partition)] = pos.offset + 1
+        if flight.heads is not None:
+            heads = flight.heads[lo:hi]
+            if isinstance(heads, EventRows):
+                self.offsets.update(heads.covered())
+            else:
+                for pos, *_ in heads:
+                    self.offsets[(pos.topic, pos.partition)] = pos.offset + 1
         if self.applied == flight.last:
             self.in_flight.popleft()
 
@@ -747,7 +771,7 @@ def state_classes() -> tuple[type, ...]:
 
     return (Router, ShardRunner, Combiner, PartialTable, Cadence, Flight, Slices, Partials, LateHead,
             Shard, LearnerState, ProgressiveMetrics, PendingStore, Waiting, EarlyLabel, Matched, Source, KafkaMessage,
-            Position, ColumnarEvent, LabelledEvent, EventColumns, OrderedDict)
+            Position, ColumnarEvent, LabelledEvent, EventColumns, EventRows, OrderedDict)
 
 
 class FeedbackWatch(StopRule):
