@@ -165,7 +165,7 @@ class DecodeEvents(beam.DoFn):
         if self.rows_out:
             keep = np.ones(len(batch), dtype=bool)
             keep[list(dead)] = False
-            yield from EventRows.split(cols, keep, batch, start, source)
+            yield from EventRows.split(cols, keep, batch)
             return
         parts: dict[int, EventBatch] = {}
         for i, (msg, code) in enumerate(zip(batch, cols.model_code.tolist())):

@@ -435,24 +435,23 @@ class LabelledEvent(ColumnarEvent):
 class EventRows(Sequence):
     """One model's valid events of one decoded batch of one partition, as
     arrays: their row numbers in the batch's columns, their offsets and
-    keys. It reads as the (Position, :class:`ColumnarEvent`) pairs of an
-    :class:`EventBatch`, made on demand, so a step that needs the pairs
-    gets them; the sharded steps read the arrays and make none. It
-    crosses Beam's steps as those arrays (the columns pickled once)."""
+    keys. It reads as a list of (Position, :class:`ColumnarEvent`) pairs,
+    made on demand, so a step that needs the pairs gets them; the sharded
+    steps read the arrays and make none. It crosses Beam's steps as those
+    arrays (the columns pickled once)."""
 
-    __slots__ = ("cols", "rows", "offsets", "keys", "start", "source")
+    __slots__ = ("cols", "rows", "offsets", "keys", "source")
 
-    def __init__(self, cols, rows: np.ndarray, offsets: np.ndarray, keys: list, start: int,
+    def __init__(self, cols: EventColumns, rows: np.ndarray, offsets: np.ndarray, keys: list,
                  source: tuple[str, int]):
-        self.cols, self.rows, self.offsets, self.keys = cols, rows, offsets, keys
-        self.start, self.source = start, source
+        self.cols, self.rows, self.offsets, self.keys, self.source = cols, rows, offsets, keys, source
 
     def __len__(self) -> int:
         return self.rows.shape[0]
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return EventRows(self.cols, self.rows[i], self.offsets[i], self.keys[i], self.start, self.source)
+            return EventRows(self.cols, self.rows[i], self.offsets[i], self.keys[i], self.source)
         return Position(*self.source, int(self.offsets[i]), self.keys[i]), ColumnarEvent(self.cols, int(self.rows[i]))
 
     def __iter__(self):
@@ -462,7 +461,7 @@ class EventRows(Sequence):
             yield Position(topic, partition, o, k), ColumnarEvent(cols, i)
 
     def __reduce__(self):
-        return EventRows, (self.cols, self.rows, self.offsets, self.keys, self.start, self.source)
+        return EventRows, (self.cols, self.rows, self.offsets, self.keys, self.source)
 
     def learner_rows(self, learner):
         """((indptr, indices, data), y) as :meth:`ColumnarEvent.learner_rows`
@@ -482,9 +481,9 @@ class EventRows(Sequence):
         return {self.source: int(self.offsets[-1]) + 1} if len(self) else {}
 
     @staticmethod
-    def split(cols, keep: np.ndarray, batch: list, start: int, source: tuple[str, int]) -> list[tuple[str, "EventRows"]]:
-        """(model, its EventRows) of the messages of ``batch`` where ``keep``,
-        the models in the order they first appear."""
+    def split(cols: EventColumns, keep: np.ndarray, batch: list) -> list[tuple[str, "EventRows"]]:
+        """(model, its EventRows) of the messages of ``batch`` (one partition,
+        decoded as ``cols``) where ``keep``, the models in the order they first appear."""
         offsets = np.fromiter((m.offset for m in batch), np.int64, len(batch))
         index = np.flatnonzero(keep)
         codes = cols.model_code[index]
@@ -493,7 +492,7 @@ class EventRows(Sequence):
         for code in found[np.argsort(first)].tolist():
             rows = index[codes == code] if found.shape[0] > 1 else index
             out.append((cols.models[code], EventRows(cols, rows, offsets[rows], [batch[i].key for i in rows.tolist()],
-                                                     start, source)))
+                                                     (batch[0].topic, batch[0].partition))))
         return out
 
 
@@ -517,10 +516,13 @@ def _own_labels(events: list, label: np.ndarray, has_label: np.ndarray | None = 
 
 def event_arrays(events: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(buf, id_start, id_end, timestamp in ms as float, label, has_label)
-    of a list of Event records, what :func:`encode_predictions` takes:
+    of a list of Event records (or an :class:`EventRows`), what :func:`encode_predictions` takes:
     slices of the batch's columns when all are :class:`ColumnarEvent` of
     one batch, else read record by record (events given a label that came
     before them, or records of the per-event decoder)."""
+    if isinstance(events, EventRows):
+        cols, rows = events.cols, events.rows
+        return _row_arrays(cols, rows, cols.label[rows], cols.has_label[rows])
     cols = getattr(events[0], "cols", None) if events else None
     if cols is not None:
         try:
@@ -528,9 +530,7 @@ def event_arrays(events: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
         except (AttributeError, ValueError):  # not all ColumnarEvents, or of other batches
             rows = None
         if rows is not None:
-            label, has_label = _own_labels(events, cols.label[rows], cols.has_label[rows])
-            return (cols.buf, cols.id_start[rows], cols.id_end[rows], cols.timestamp[rows].astype(np.float64),
-                    label, has_label)
+            return _row_arrays(cols, rows, *_own_labels(events, cols.label[rows], cols.has_label[rows]))
     from pipelines.records.predictions import millis
 
     ids = [e["id"].encode() for e in events]
@@ -542,6 +542,11 @@ def event_arrays(events: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return np.frombuffer(b"".join(ids), np.uint8), ends - np.diff(ends, prepend=0), ends, ts, label, has_label
 
 
+def _row_arrays(cols: EventColumns, rows: np.ndarray, label: np.ndarray, has_label: np.ndarray) -> tuple:
+    return (cols.buf, cols.id_start[rows], cols.id_end[rows], cols.timestamp[rows].astype(np.float64), label,
+            has_label)
+
+
 def prediction_values(codec: Codec, topic: str | None, model: str, items: list, events: list, *,
                       versions: np.ndarray, scores: np.ndarray, losses: np.ndarray, probability, klass,
                       now_ms: float) -> list[bytes] | None:
@@ -551,23 +556,26 @@ def prediction_values(codec: Codec, topic: str | None, model: str, items: list, 
     topic)`` writes them, made in one compiled call; None when that call
     cannot make the same bytes (events read from several topics, a registry
     whose Prediction schema is not the current one, a partition outside
-    int): the caller encodes the records one by one then."""
+    int): the caller encodes the records one by one then. ``items`` may be
+    an :class:`EventRows` (``events`` the same), read as its arrays."""
     from schemas.codec import EncodeError
 
-    positions = [pos for pos, _ in items]
-    topics = {pos.topic for pos in positions}
+    if isinstance(items, EventRows):  # one partition: its arrays
+        n, topics = len(items), {items.source[0]}
+        partitions, offsets = np.full(n, items.source[1], np.int64), items.offsets
+    else:
+        n, topics = len(items), {pos.topic for pos, _ in items}
+        partitions = np.fromiter((p.partition for p, _ in items), np.int64, n)
+        offsets = np.fromiter((p.offset for p, _ in items), np.int64, n)
     if len(topics) != 1:
         return None
     buf, id_start, id_end, ts, label, has_label = event_arrays(events)
-    n = len(positions)
     try:
         out, offsets = encode_predictions(
             codec, topic, buf=buf, id_start=id_start, id_end=id_end, model=model, model_version=versions,
             scores=scores, label=label, has_label=has_label, loss=losses,
             event_timestamp=ts.astype(np.int64), latency_ms=now_ms - ts, probability=probability,
-            predicted_class=klass, source_topic=topics.pop(),
-            source_partition=np.fromiter((p.partition for p in positions), np.int64, n),
-            source_offset=np.fromiter((p.offset for p in positions), np.int64, n))
+            predicted_class=klass, source_topic=topics.pop(), source_partition=partitions, source_offset=offsets)
     except EncodeError:
         return None
     raw, at = out.tobytes(), offsets.tolist()

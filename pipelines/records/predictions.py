@@ -68,8 +68,12 @@ def prediction_key(event_id: str, source=None) -> bytes:
     """A prediction's Kafka key: the event message's key (``source``: where
     the event was read, None when unknown), or the event id when it had
     none, so predictions join their events by key."""
-    key = getattr(source, "key", None)
-    return key if key is not None else event_id.encode()
+    return prediction_keys([event_id], [getattr(source, "key", None)])[0]
+
+
+def prediction_keys(event_ids: list[str], keys: list) -> list[bytes]:
+    """:func:`prediction_key` of each event, from its id and its message's key (None: it had none)."""
+    return [key if key is not None else event_id.encode() for event_id, key in zip(event_ids, keys)]
 
 
 def labelled_prediction(event_id: str, model: str, waiting, label: float, loss: float, probability,

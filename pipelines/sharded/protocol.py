@@ -52,7 +52,7 @@ from pipelines.kafka.consumer import KafkaMessage, StopRule
 from pipelines.records.columnar import ColumnarEvent, EventColumns, EventRows, LabelledEvent, prediction_values
 from pipelines.records.labels import EarlyLabel, Matched, PendingStore, Source, Waiting
 from pipelines.records.predictions import (ProgressiveMetrics, labelled_prediction, millis, prediction_key,
-                                           prediction_record, reading_arrays, readings)
+                                           prediction_keys, prediction_record, reading_arrays, readings)
 
 log = logging.getLogger(__name__)
 
@@ -510,7 +510,10 @@ class PartialTable:
         self.base = base  # the sequence number of row 0: the next event to combine
         self.sums: list[np.ndarray | None] = [None] * n_shards
         self.got = np.zeros((n_shards, 0), dtype=bool)
-        self.heads: list = []  # shard 0's head of each row
+        self.heads: list[tuple[int, list | EventRows]] = []
+        """Shard 0's heads (Slices.heads) from ``base`` on, as (sequence
+        number of the first, heads), in order, disjoint: a block's heads are
+        kept as they came (an EventRows stays arrays)."""
 
     def put(self, block: Partials) -> None:
         skip = max(self.base - block.first, 0)  # rows of events already combined (a replay)
@@ -522,7 +525,21 @@ class PartialTable:
         self.sums[block.shard][start:end] = block.sums[skip:]
         self.got[block.shard, start:end] = True
         if block.heads is not None:
-            self.heads[start:end] = block.heads[skip:]
+            self._put_heads(block.first + skip, block.heads[skip:])
+
+    def _put_heads(self, first: int, heads) -> None:
+        """Keep the rows of ``heads`` (first at sequence number ``first``) no kept heads cover."""
+        end, at, free = first + len(heads), first, []
+        for f, kept in self.heads:
+            if f > at:
+                free.append((at, min(f, end)))
+            at = max(at, f + len(kept))
+            if at >= end:
+                break
+        if at < end:
+            free.append((at, end))
+        self.heads += [(a, heads[a - first:b - first]) for a, b in free if a < b]
+        self.heads.sort(key=lambda kept: kept[0])
 
     def _grow(self, rows: int, width: int) -> None:
         have = self.got.shape[1]
@@ -532,7 +549,6 @@ class PartialTable:
         self.got = np.concatenate([self.got, np.zeros((self.got.shape[0], rows - have), dtype=bool)], axis=1)
         self.sums = [np.concatenate([np.zeros((have, width)) if a is None else a, np.zeros((rows - have, width))])
                      for a in self.sums]
-        self.heads += [None] * (rows - have)
 
     def ready(self) -> int:
         """How many events from ``base`` on have all K partials."""
@@ -540,7 +556,8 @@ class PartialTable:
         return int(complete.shape[0] if complete.all() else np.argmin(complete))
 
     def take(self, n: int) -> tuple[np.ndarray, list]:
-        """The totals and heads of the next n events, which leave the table.
+        """The totals and heads (as the blocks brought them: a list of
+        lists and EventRows) of the next n events, which leave the table.
         The K partial sums are added in shard order whatever order they came
         in: floating-point addition is not associative, and this makes a
         run's predictions the same bit for bit on every runner and replay."""
@@ -549,9 +566,15 @@ class PartialTable:
         total = self.sums[0][:n].copy()
         for sums in self.sums[1:]:
             total += sums[:n]
-        heads = self.heads[:n]
+        heads, end = [], self.base + n
+        while self.heads and self.heads[0][0] < end:
+            first, kept = self.heads.pop(0)
+            if end - first < len(kept):
+                self.heads.insert(0, (end, kept[end - first:]))
+                kept = kept[:end - first]
+            heads.append(kept)
         self.sums = [a[n:].copy() for a in self.sums]
-        self.got, self.heads, self.base = self.got[:, n:].copy(), self.heads[n:], self.base + n
+        self.got, self.base = self.got[:, n:].copy(), self.base + n
         return total, heads
 
 
@@ -582,12 +605,24 @@ class Run:
         return self.values if self.values is not None else [encode(p) for p in self.predictions]
 
 
-def _prediction_records(loss: str, model: str, events: list, positions: list, versions: np.ndarray,
-                        scores: np.ndarray, losses: np.ndarray, now_ms: float) -> list[dict]:
+def _prediction_records(loss: str, model: str, heads, versions: np.ndarray, scores: np.ndarray,
+                        losses: np.ndarray, now_ms: float) -> list[dict]:
     prob, klass = readings(loss, scores)
     return [prediction_record(event, model, version, row, prob[i], klass[i], value, now_ms, pos)
-            for i, (event, pos, version, row, value)
-            in enumerate(zip(events, positions, versions.tolist(), scores.tolist(), losses.tolist()))]
+            for i, ((pos, event), version, row, value)
+            in enumerate(zip(heads, versions.tolist(), scores.tolist(), losses.tolist()))]
+
+
+def _head_columns(heads) -> tuple[list[str], np.ndarray, np.ndarray, list[bytes]]:
+    """(event ids, partitions, offsets, Prediction keys) of a run's heads:
+    (Position, event) pairs, or an :class:`EventRows` read as its arrays."""
+    if isinstance(heads, EventRows):
+        ids = heads.event_ids()
+        return ids, np.full(len(ids), heads.source[1], np.int64), heads.offsets, prediction_keys(ids, heads.keys)
+    ids = [e["id"] for _, e in heads]
+    partitions = np.array([p.partition for p, _ in heads], np.int64)
+    offsets = np.array([p.offset for p, _ in heads], np.int64)
+    return ids, partitions, offsets, prediction_keys(ids, [getattr(p, "key", None) for p, _ in heads])
 
 
 class Combiner:
@@ -637,28 +672,34 @@ class Combiner:
             self.table.put(p)
             if p.cut > self.seq:
                 self.cut_at.add(p.cut)
-        totals, heads = self.table.take(self.table.ready())
-        if not heads:
+        totals, blocks = self.table.take(self.table.ready())
+        if not blocks:
             return []
-        y = self._labels(heads)
+        y = self._labels(blocks)
         # the scalars advance event by event in one compiled call (on a copy: self.scalars follows the runs)
         rows = self.algorithm.combine_rows(dict(self.scalars), totals, y, self._loss, self.loss_param,
-                                           [self._weight(h) for h in heads])
-        out = []
-        for lo, hi in self._segments(heads):
-            if isinstance(heads[lo], LateHead):
-                out.append(self._late(heads[lo], float(y[lo]), [r[lo:hi] for r in rows]))
-            else:
-                out.append(self._run(heads[lo:hi], y[lo:hi], [r[lo:hi] for r in rows], encode_for))
-            if self.seq in self.cut_at:  # the held predictions exactly after this event
-                self.cut_at.discard(self.seq)
-                self.parts.append((self.seq, self._part()))
+                                           np.concatenate([self._weights(heads) for heads in blocks]))
+        out, at = [], 0
+        for heads in blocks:
+            for lo, hi in self._segments(heads):
+                part = [r[at + lo:at + hi] for r in rows]
+                if isinstance(heads[lo], LateHead):
+                    out.append(self._late(heads[lo], float(y[at + lo]), part))
+                else:
+                    out.append(self._run(heads[lo:hi], y[at + lo:at + hi], part, encode_for))
+                if self.seq in self.cut_at:  # the held predictions exactly after this event
+                    self.cut_at.discard(self.seq)
+                    self.parts.append((self.seq, self._part()))
+            at += len(heads)
         return out
 
-    def _segments(self, heads: list) -> list[tuple[int, int]]:
+    def _segments(self, heads) -> list[tuple[int, int]]:
         """The runs of ``heads`` to write as one: each late label alone (its
         record is made apart), the others up to each cut the Router asked for."""
         cuts = {seq - self.seq for seq in self.cut_at}
+        if isinstance(heads, EventRows):  # no late labels
+            edges = [0, *sorted(c for c in cuts if 0 < c < len(heads)), len(heads)]
+            return list(zip(edges, edges[1:]))
         out, lo = [], 0
         for i, head in enumerate(heads):
             if isinstance(head, LateHead) and lo < i:
@@ -670,9 +711,16 @@ class Combiner:
         return out + ([(lo, len(heads))] if lo < len(heads) else [])
 
     @staticmethod
+    def _weights(heads) -> np.ndarray:
+        """The events' importance weights (validated finite and ≥ 0 upstream):
+        a late label's own, else its event's; none means 1."""
+        if isinstance(heads, EventRows):
+            cols, rows = heads.cols, heads.rows
+            return np.where(cols.has_weight[rows], cols.weight[rows], 1.0)
+        return np.array([Combiner._weight(h) for h in heads], np.float64)
+
+    @staticmethod
     def _weight(head) -> float:
-        """An event's importance weight (validated finite and ≥ 0 upstream):
-        a late label's own, else its event's; None means 1."""
         if isinstance(head, LateHead):
             match = head.match
             weight = match.event.weight if match.weight != match.weight else match.weight
@@ -680,10 +728,13 @@ class Combiner:
             weight = head[1].get("weight")
         return 1.0 if weight is None else float(weight)
 
-    def _labels(self, heads: list) -> np.ndarray:
-        """The labels of these events' heads in the loss's domain (NaN: none)."""
-        labels = [h.match.label if isinstance(h, LateHead) else h[1].get("label") for h in heads]
-        return prepare_labels(self.loss, [math.nan if v is None else v for v in labels], self.n_outputs)
+    def _labels(self, blocks: list) -> np.ndarray:
+        """The labels of these blocks' events in the loss's domain (NaN: none)."""
+        raw = [heads.cols.label[heads.rows] if isinstance(heads, EventRows) else
+               np.array([math.nan if v is None else v for v in
+                         (h.match.label if isinstance(h, LateHead) else h[1].get("label") for h in heads)], np.float64)
+               for heads in blocks]
+        return prepare_labels(self.loss, np.concatenate(raw), self.n_outputs)
 
     def _advance(self, learned: np.ndarray, globs: np.ndarray) -> np.ndarray:
         """Move past events combined with these rows of ``combine_rows``;
@@ -703,29 +754,26 @@ class Combiner:
                                np.where(learned[:, None], g, 0.0), list(self.algorithm.scalar_names),
                                globs.copy(), np.zeros(n, dtype=bool))
 
-    def _run(self, heads: list, y: np.ndarray, rows: list, encode_for: tuple | None) -> Run:
-        """Consecutive events' records from their rows of ``combine_rows``."""
+    def _run(self, heads, y: np.ndarray, rows: list, encode_for: tuple | None) -> Run:
+        """Consecutive events' records from their rows of ``combine_rows``;
+        ``heads``: their (Position, event) pairs, or an EventRows."""
         yhats, losses, g, learned, globs = rows
-        positions, events = [h[0] for h in heads], [h[1] for h in heads]
-        ids = [e["id"] for e in events]
+        ids, partitions, offsets, keys = _head_columns(heads)
         versions = self._advance(learned, globs)
         self.metrics.count(yhats, y, losses)
         now_ms = time.time() * 1000.0
-        feedback = self._feedback(ids, [p.partition for p in positions], [p.offset for p in positions], g,
-                                  learned, globs)
-        values = None if encode_for is None else self._encoded(positions, events, versions, yhats, losses, now_ms,
-                                                                *encode_for)
+        feedback = self._feedback(ids, partitions, offsets, g, learned, globs)
+        values = None if encode_for is None else self._encoded(heads, versions, yhats, losses, now_ms, *encode_for)
         if self.predicted is not None:
-            self._hold(ids, events, positions, versions, yhats, now_ms)
-        return Run([prediction_key(i, p) for i, p in zip(ids, positions)], values, feedback,
-                   functools.partial(_prediction_records, self.loss, self.model, events, positions, versions,
-                                     yhats, losses, now_ms))
+            self._hold(ids, heads, versions, yhats, now_ms)
+        return Run(keys, values, feedback, functools.partial(_prediction_records, self.loss, self.model, heads,
+                                                             versions, yhats, losses, now_ms))
 
-    def _hold(self, ids: list[str], events: list, positions: list, versions, scores, now_ms: float) -> None:
+    def _hold(self, ids: list[str], heads, versions, scores, now_ms: float) -> None:
         """Keep each unlabelled event's prediction for its label to come."""
-        for i, event in enumerate(events):
+        for i, (pos, event) in enumerate(heads):
             if event.get("label") is None:
-                ts, pos = millis(event["timestamp"]), positions[i]
+                ts = millis(event["timestamp"])
                 self.predicted[ids[i]] = Waiting(
                     ts, int(versions[i]), now_ms - ts, scores[i].copy(), np.empty(0, dtype=np.int64),
                     np.empty(0), 1.0, Source(pos.topic, pos.partition, pos.offset, getattr(pos, "key", None)))
@@ -752,14 +800,14 @@ class Combiner:
         record = labelled_prediction(match.event_id, self.model, arrived, match.label, losses[0], prob[0], klass[0])
         return Run([prediction_key(match.event_id, match.event.source)], None, feedback, [record])
 
-    def _encoded(self, positions, events, versions, scores, losses, now_ms, codec, topic) -> list[bytes] | None:
+    def _encoded(self, heads, versions, scores, losses, now_ms, codec, topic) -> list[bytes] | None:
         """The Prediction records of these events as Kafka values, byte for
         byte what the codec writes for them, or None when that cannot be had
         in one call (the caller then encodes them one by one)."""
         prob, klass = reading_arrays(self.loss, scores)
-        return prediction_values(codec, topic, self.model, list(zip(positions, events)), events,
-                                 versions=versions.astype(np.int64), scores=scores, losses=losses,
-                                 probability=prob, klass=klass, now_ms=now_ms)
+        events = heads if isinstance(heads, EventRows) else [e for _, e in heads]
+        return prediction_values(codec, topic, self.model, heads, events, versions=versions.astype(np.int64),
+                                 scores=scores, losses=losses, probability=prob, klass=klass, now_ms=now_ms)
 
 
 def state_classes() -> tuple[type, ...]:

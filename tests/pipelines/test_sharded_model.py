@@ -216,3 +216,65 @@ def test_the_combiner_encodes_a_batch_of_predictions_as_the_codec_does(learner_n
     assert len(records) == len(items) and all(run.values is not None for run in made)
     assert any(p["label"] is None for p in records) and any(p["label"] is not None for p in records)
     assert [v for run in made for v in run.values] == [codec.encode("scinol.Prediction", p, "preds") for p in records]
+
+
+@pytest.mark.parametrize("staleness", [0, 4])
+def test_events_as_arrays_route_shard_and_combine_as_the_pairs_do(staleness):
+    """The decode step hands sharded mode a batch's events as arrays
+    (EventRows): the Router, shard 0 and the Combiner read those, never a
+    pair of objects per event, and must give the same bits: scores,
+    Prediction values, keys, Feedback and learner state, with message
+    keys, weights, unlabelled events and a restart's already-learned
+    prefix among them."""
+    from pipelines.kafka.consumer import KafkaMessage
+    from pipelines.records.columnar import EventDecoder, EventRows
+    from schemas.codec import Codec
+
+    codec, learner = Codec(), make_learner("scinol2", "logistic")
+    _, _, items = stream(90)
+    events = [{**e, "weight": 0.5 if i % 5 == 0 else None} for i, (_, e) in enumerate(items)]
+    messages = [KafkaMessage("events", 0, 100 + i, 0, None if i % 3 else f"k{i}".encode(),
+                             codec.encode("scinol.Event", e, "events")) for i, e in enumerate(events)]
+    cols = EventDecoder(codec, "logistic", hash_bits=learner.hasher.bits).decode([m.value for m in messages])
+    (model, rows), = EventRows.split(cols, np.ones(len(messages), bool), messages)
+    pairs = list(rows)
+    assert model == "m" and [p for p, _ in pairs] == [Position("events", 0, m.offset, m.key) for m in messages]
+
+    def run(batches):
+        loop, made = Loop(learner, 3, staleness), []
+        loop.router.offsets[("events", 0)] = 110  # events 100..109 were learned before a restart
+        add, take, kinds = loop.combiner.add, loop.combiner.table.take, set()
+        loop.combiner.add = lambda blocks: [made.append(r) or r for r in add(blocks, encode_for=(codec, "preds"))]
+        loop.combiner.table.take = lambda n: [kinds.update(map(type, out[1])) or out for out in [take(n)]][0]
+        skipped = []
+        for batch in batches:
+            per_shard, old = loop.router.route(batch)
+            skipped += old
+            for shard, slices in zip(loop.shards, per_shard):
+                loop._combine(shard.add(slices))
+            loop._deliver()
+        while loop.feedback_queue:
+            loop._deliver()
+        return loop, made, skipped, kinds
+
+    assert rows.learner_rows(learner) is not None  # the arrays' own path is the one under test
+    a, made_a, skipped_a, kinds = run([rows[:30], rows[30:]])
+    b, made_b, skipped_b, _ = run([pairs[:30], pairs[30:]])
+    assert kinds == {EventRows}  # what reached the Combiner
+    assert skipped_a == skipped_b == [p for p, _ in pairs[:10]]
+    assert len(a.predictions) == 80 and [p["score"] for p in a.predictions] == [p["score"] for p in b.predictions]
+    assert [v for r in made_a for v in r.values] == [codec.encode("scinol.Prediction", p, "preds")
+                                                     for r in made_a for p in r.predictions]
+
+    def decoded(made):  # the latency is the clock's
+        return [{**codec.decode(v), "latency_ms": None} for r in made for v in r.values]
+
+    assert decoded(made_a) == decoded(made_b)
+    assert [k for r in made_a for k in r.keys] == [k for r in made_b for k in r.keys]
+    for x, y in zip(made_a, made_b):
+        for field in ("event_ids", "seqs", "partitions", "offsets", "learned", "g", "scalars"):
+            np.testing.assert_array_equal(getattr(x.feedback, field), getattr(y.feedback, field))
+    assert a.router.offsets == b.router.offsets == a.shards[0].offsets == b.shards[0].offsets == {("events", 0): 190}
+    for x, y in zip(a.shards, b.shards):
+        for name in x.shard.state.arrays:
+            np.testing.assert_array_equal(x.shard.state.arrays[name], y.shard.state.arrays[name])
