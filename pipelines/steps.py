@@ -17,7 +17,7 @@ from apache_beam.runners.worker.statecache import CacheAware
 
 from pipelines.config import RunConfig
 from pipelines.kafka.consumer import Position
-from pipelines.records.columnar import ColumnarEvent, EventDecoder, EventRows
+from pipelines.records.columnar import EventDecoder, EventRows
 from pipelines.records.dead_letters import dead_letter, dead_letter_message, screen, screen_label
 from schemas.codec import Codec
 from schemas.reasons import TOO_MANY_MODELS
@@ -40,34 +40,8 @@ class ModelBatch(list):
 
 
 class EventBatch(ModelBatch):
-    """(Position, Event record) pairs of one model."""
-
-    def __reduce_ex__(self, protocol):
-        """Rows of one decoded batch of columns from one partition cross
-        Beam's steps as that batch (pickled once) and arrays of row numbers,
-        offsets and keys, not as a pickled pair of objects per event."""
-        compact = _compact(self) if self.source is not None else None
-        if compact is None:
-            return super().__reduce_ex__(protocol)
-        return _event_batch, (*compact, self.start, self.source)
-
-
-def _compact(batch: EventBatch) -> tuple | None:
-    """(columns, row numbers, offsets, keys) of a batch of ColumnarEvents of one batch of columns, else None."""
-    cols = getattr(batch[0][1], "cols", None) if batch else None
-    if cols is None:
-        return None
-    try:
-        rows = np.fromiter((e.i for _, e in batch if e.cols is cols), np.int64, len(batch))
-    except (AttributeError, ValueError):  # not all ColumnarEvents, or of other batches
-        return None
-    return cols, rows, np.fromiter((p.offset for p, _ in batch), np.int64, len(batch)), [p.key for p, _ in batch]
-
-
-def _event_batch(cols, rows, offsets, keys, start, source) -> EventBatch:
-    topic, partition = source
-    return EventBatch(((Position(topic, partition, o, k), ColumnarEvent(cols, i))
-                       for o, k, i in zip(offsets.tolist(), keys, rows.tolist())), start=start, source=source)
+    """(Position, Event record) pairs of one model, from the per-event
+    decoder (the columnar one gives :class:`EventRows`)."""
 
 
 class LabelBatch(ModelBatch):
@@ -91,14 +65,12 @@ class DecodeEvents(beam.DoFn):
     :mod:`pipelines.records.dead_letters`)."""
 
     DEAD = "dead"
-    rows_out = False
-    """Columnar batches go out as :class:`EventRows` (else as :class:`EventBatch`)."""
 
     def __init__(self, cfg: RunConfig, columnar: bool = False):
         self.cfg = cfg
         self.columnar = columnar
         """Decode each batch in one compiled call (:mod:`pipelines.records.columnar`):
-        the events are then :class:`ColumnarEvent` rows of the batch's arrays."""
+        each model's events are then an :class:`EventRows` of the batch's arrays."""
 
     def setup(self):
         self.codec = self.cfg.codec()
@@ -158,23 +130,12 @@ class DecodeEvents(beam.DoFn):
             self.dead.inc()
             Metrics.counter(NAMESPACE, f"dead_letters_{reason}").inc()
             yield beam.pvalue.TaggedOutput(self.DEAD, dead_letter(batch[i], reason, detail))
-        start, source = _origin(batch)
         self.events.inc(len(batch))
         if self.guard is not None:
             self.guard.count(len(batch), len(dead))
-        if self.rows_out:
-            keep = np.ones(len(batch), dtype=bool)
-            keep[list(dead)] = False
-            yield from EventRows.split(cols, keep, batch)
-            return
-        parts: dict[int, EventBatch] = {}
-        for i, (msg, code) in enumerate(zip(batch, cols.model_code.tolist())):
-            if i not in dead:
-                items = parts.get(code)
-                if items is None:
-                    items = parts[code] = EventBatch(start=start, source=source)
-                items.append((Position(msg.topic, msg.partition, msg.offset, msg.key), ColumnarEvent(cols, i)))
-        yield from ((cols.models[code], items) for code, items in parts.items())
+        keep = np.ones(len(batch), dtype=bool)
+        keep[list(dead)] = False
+        yield from EventRows.split(cols, keep, batch)
 
     def _too_many_models(self, cols) -> dict[int, tuple[str, str]]:
         """The valid events of models beyond ``--max-models``: each model is

@@ -17,7 +17,7 @@ from learners import OnlineLearner
 from learners.interactions import NamespacedRows
 from learners.losses import losses_of, prepare_labels
 from pipelines.records.dead_letters import dead_letter
-from pipelines.records.columnar import prediction_values
+from pipelines.records.columnar import EventRows, prediction_values
 from pipelines.records.events import learner_rows
 from pipelines.records.labels import PendingStore, Source, Waiting
 from pipelines.records.predictions import (ProgressiveMetrics, labelled_prediction, millis, prediction_record,
@@ -34,6 +34,11 @@ def event_weights(events: list[dict]) -> np.ndarray | None:
     if all(w is None for w in weights):
         return None
     return np.array([1.0 if w is None else w for w in weights], dtype=np.float64)
+
+
+def _records(events) -> list:
+    """Events as records: an EventRows's as ColumnarEvents, a list as it is."""
+    return [e for _, e in events] if isinstance(events, EventRows) else events
 
 
 class LabelSettings(NamedTuple):
@@ -104,13 +109,15 @@ class ModelRunner:
         covered = self.offsets.get(source, 0)
         if not items or items[0][0].offset >= covered:
             return items
+        if isinstance(items, EventRows):
+            return items[int(np.searchsorted(items.offsets, covered)):]
         k = bisect.bisect_left(items, covered, key=lambda item: item[0].offset)
         return type(items)(items[k:], start=items.start, source=source)
 
     def _covered(self, items: list[tuple]) -> None:
         source = getattr(items, "source", None)
         if source is not None and items:  # one partition, in offset order: the last offset says it all
-            self.offsets[source] = items[-1][0].offset + 1
+            self.offsets[source] = int(items.offsets[-1] if isinstance(items, EventRows) else items[-1][0].offset) + 1
             return
         for msg, _ in items:
             self.offsets[(msg.topic, msg.partition)] = msg.offset + 1
@@ -124,6 +131,7 @@ class ModelRunner:
         if done is None:
             return []
         fresh, events, p = done
+        events = _records(events)
         prob, klass = readings(self.learner.loss, p["scores"])
         return [prediction_record(event, self.model, p["versions"][i], row, prob[i], klass[i], p["losses"][i],
                                   p["now_ms"], pos)
@@ -142,6 +150,7 @@ class ModelRunner:
         values = prediction_values(codec, topic, self.model, fresh, events, probability=prob, klass=klass, **p)
         if values is not None:
             return values
+        events = _records(events)
         prob, klass = readings(self.learner.loss, p["scores"])
         return [codec.encode("scinol.Prediction", prediction_record(
                     event, self.model, p["versions"][i], row, prob[i], klass[i], p["losses"][i], p["now_ms"], pos),
@@ -150,18 +159,24 @@ class ModelRunner:
 
     def _predict_learn(self, items: list[tuple]) -> tuple[list, list, dict] | None:
         """Predict then learn the fresh events of ``items``; returns (those
-        items, their events, with any early label, and the columns of their
-        predictions: scores, versions, losses, now_ms), None when none is
-        fresh."""
+        items, their events, with any early label (an EventRows: itself),
+        and the columns of their predictions: scores, versions, losses,
+        now_ms), None when none is fresh."""
         items = self.fresh(items)
         if not items:
             return None
-        events = [e for _, e in items]
-        if self.pending is not None:
-            events = [self.pending.with_early_label(e) for e in events]
-        rows, y = learner_rows(events, self.learner)
+        if isinstance(items, EventRows) and self.pending is None:  # the arrays, no object per event
+            events, gathered = items, items.learner_rows(self.learner)
+            rows, y = gathered if gathered is not None else learner_rows(_records(items), self.learner)
+            weights = items.weights()
+        else:
+            events = [e for _, e in items]
+            if self.pending is not None:
+                events = [self.pending.with_early_label(e) for e in events]
+            rows, y = learner_rows(events, self.learner)
+            weights = event_weights(events)
         version = self.learner.n_examples
-        scores, losses = self.learner.learn(rows, y, event_weights(events), return_losses=True)
+        scores, losses = self.learner.learn(rows, y, weights, return_losses=True)
         scores = scores.reshape(len(events), -1)
         now_ms = time.time() * 1000.0
         labelled = ~np.isnan(y)

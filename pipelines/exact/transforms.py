@@ -33,7 +33,7 @@ from pipelines.config import RunConfig
 from pipelines.kafka.producer import KafkaWriter
 from pipelines.kafka.transactions import TransactionalOutput
 from pipelines.records.dead_letters import dead_letter_message
-from pipelines.records.predictions import prediction_key
+from pipelines.records.columnar import prediction_keys_of
 from pipelines.state.checkpoints import CheckpointStore, checkpoint_record
 from pipelines.state.progress import write_worker
 from pipelines.steps import NAMESPACE, Kept, KeptCoder, LabelBatch
@@ -156,8 +156,8 @@ class LearnModels(beam.DoFn):
                 predictions = runner.process_encoded(fresh, self.codec, self.cfg.predictions_topic)
             else:
                 predictions = self._encoded(runner.process(fresh))
-            keys = [prediction_key(event["id"], position) for position, event in fresh]
-            answering = [position for position, _ in fresh]
+            keys = prediction_keys_of(fresh)
+            answering = [position for position, _ in fresh] if self.cfg.exactly_once else []
         self._saw(items)
         if self.cfg.bounded or self.cfg.stop_after is not None:
             end.set(GlobalWindow().max_timestamp())

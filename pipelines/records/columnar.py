@@ -41,6 +41,7 @@ from pipelines.records.avro_kernels import encode_file_events
 from pipelines.records.avro_kernels import encode_predictions as _encode
 from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES, screen
 from pipelines.records.events import event_rows
+from pipelines.records.predictions import prediction_keys
 from pipelines.records.validation import MAX_FEATURES
 from schemas.catalog import current_version, load_schema
 from schemas.codec import Codec, _prepare_event, _reading_schema
@@ -436,22 +437,25 @@ class EventRows(Sequence):
     """One model's valid events of one decoded batch of one partition, as
     arrays: their row numbers in the batch's columns, their offsets and
     keys. It reads as a list of (Position, :class:`ColumnarEvent`) pairs,
-    made on demand, so a step that needs the pairs gets them; the sharded
+    made on demand, so a step that needs the pairs gets them; the learning
     steps read the arrays and make none. It crosses Beam's steps as those
-    arrays (the columns pickled once)."""
+    arrays (the columns pickled once). ``start``: the first offset of the
+    whole batch (every model's parts of earlier batches of the partition
+    reach a keyed step before this one); ``source``: (topic, partition)."""
 
-    __slots__ = ("cols", "rows", "offsets", "keys", "source")
+    __slots__ = ("cols", "rows", "offsets", "keys", "start", "source")
 
-    def __init__(self, cols: EventColumns, rows: np.ndarray, offsets: np.ndarray, keys: list,
+    def __init__(self, cols: EventColumns, rows: np.ndarray, offsets: np.ndarray, keys: list, start: int,
                  source: tuple[str, int]):
-        self.cols, self.rows, self.offsets, self.keys, self.source = cols, rows, offsets, keys, source
+        self.cols, self.rows, self.offsets, self.keys = cols, rows, offsets, keys
+        self.start, self.source = start, source
 
     def __len__(self) -> int:
         return self.rows.shape[0]
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return EventRows(self.cols, self.rows[i], self.offsets[i], self.keys[i], self.source)
+            return EventRows(self.cols, self.rows[i], self.offsets[i], self.keys[i], self.start, self.source)
         return Position(*self.source, int(self.offsets[i]), self.keys[i]), ColumnarEvent(self.cols, int(self.rows[i]))
 
     def __iter__(self):
@@ -461,7 +465,7 @@ class EventRows(Sequence):
             yield Position(topic, partition, o, k), ColumnarEvent(cols, i)
 
     def __reduce__(self):
-        return EventRows, (self.cols, self.rows, self.offsets, self.keys, self.source)
+        return EventRows, (self.cols, self.rows, self.offsets, self.keys, self.start, self.source)
 
     def learner_rows(self, learner):
         """((indptr, indices, data), y) as :meth:`ColumnarEvent.learner_rows`
@@ -471,6 +475,12 @@ class EventRows(Sequence):
         if learner.interactions or cols.hashing != (learner.hasher.bits, learner.hasher.seed):
             return None
         return gather_rows(cols.indptr, cols.indices, cols.values, self.rows), cols.label[self.rows]
+
+    def weights(self) -> np.ndarray | None:
+        """The events' importance weights (none given: 1); None when all are none."""
+        cols, rows = self.cols, self.rows
+        given = cols.has_weight[rows]
+        return np.where(given, cols.weight[rows], 1.0) if given.any() else None
 
     def event_ids(self) -> list[str]:
         ids = self.cols.fields()[0]
@@ -492,8 +502,16 @@ class EventRows(Sequence):
         for code in found[np.argsort(first)].tolist():
             rows = index[codes == code] if found.shape[0] > 1 else index
             out.append((cols.models[code], EventRows(cols, rows, offsets[rows], [batch[i].key for i in rows.tolist()],
-                                                     (batch[0].topic, batch[0].partition))))
+                                                     batch[0].offset, (batch[0].topic, batch[0].partition))))
         return out
+
+
+def prediction_keys_of(items) -> list[bytes]:
+    """The Prediction key of each event of (Position, event) pairs or an
+    :class:`EventRows` (:func:`pipelines.records.predictions.prediction_key`)."""
+    if isinstance(items, EventRows):
+        return prediction_keys(items.event_ids(), items.keys)
+    return prediction_keys([e["id"] for _, e in items], [getattr(p, "key", None) for p, _ in items])
 
 
 def _own_labels(events: list, label: np.ndarray, has_label: np.ndarray | None = None):

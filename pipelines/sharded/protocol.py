@@ -49,10 +49,11 @@ from pipelines.records.dead_letters import dead_letter
 from pipelines.records.feedback import FeedbackColumns, FeedbackReader, feedback_batches
 from pipelines.records.events import learner_rows
 from pipelines.kafka.consumer import KafkaMessage, StopRule
-from pipelines.records.columnar import ColumnarEvent, EventColumns, EventRows, LabelledEvent, prediction_values
+from pipelines.records.columnar import (ColumnarEvent, EventColumns, EventRows, LabelledEvent, prediction_keys_of,
+                                        prediction_values)
 from pipelines.records.labels import EarlyLabel, Matched, PendingStore, Source, Waiting
 from pipelines.records.predictions import (ProgressiveMetrics, labelled_prediction, millis, prediction_key,
-                                           prediction_keys, prediction_record, reading_arrays, readings)
+                                           prediction_record, reading_arrays, readings)
 
 log = logging.getLogger(__name__)
 
@@ -613,16 +614,13 @@ def _prediction_records(loss: str, model: str, heads, versions: np.ndarray, scor
             in enumerate(zip(heads, versions.tolist(), scores.tolist(), losses.tolist()))]
 
 
-def _head_columns(heads) -> tuple[list[str], np.ndarray, np.ndarray, list[bytes]]:
-    """(event ids, partitions, offsets, Prediction keys) of a run's heads:
-    (Position, event) pairs, or an :class:`EventRows` read as its arrays."""
+def _head_columns(heads) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(event ids, partitions, offsets) of a run's heads: (Position, event)
+    pairs, or an :class:`EventRows` read as its arrays."""
     if isinstance(heads, EventRows):
-        ids = heads.event_ids()
-        return ids, np.full(len(ids), heads.source[1], np.int64), heads.offsets, prediction_keys(ids, heads.keys)
-    ids = [e["id"] for _, e in heads]
-    partitions = np.array([p.partition for p, _ in heads], np.int64)
-    offsets = np.array([p.offset for p, _ in heads], np.int64)
-    return ids, partitions, offsets, prediction_keys(ids, [getattr(p, "key", None) for p, _ in heads])
+        return heads.event_ids(), np.full(len(heads), heads.source[1], np.int64), heads.offsets
+    return ([e["id"] for _, e in heads], np.array([p.partition for p, _ in heads], np.int64),
+            np.array([p.offset for p, _ in heads], np.int64))
 
 
 class Combiner:
@@ -715,8 +713,8 @@ class Combiner:
         """The events' importance weights (validated finite and ≥ 0 upstream):
         a late label's own, else its event's; none means 1."""
         if isinstance(heads, EventRows):
-            cols, rows = heads.cols, heads.rows
-            return np.where(cols.has_weight[rows], cols.weight[rows], 1.0)
+            weights = heads.weights()
+            return np.ones(len(heads)) if weights is None else weights
         return np.array([Combiner._weight(h) for h in heads], np.float64)
 
     @staticmethod
@@ -758,7 +756,7 @@ class Combiner:
         """Consecutive events' records from their rows of ``combine_rows``;
         ``heads``: their (Position, event) pairs, or an EventRows."""
         yhats, losses, g, learned, globs = rows
-        ids, partitions, offsets, keys = _head_columns(heads)
+        ids, partitions, offsets = _head_columns(heads)
         versions = self._advance(learned, globs)
         self.metrics.count(yhats, y, losses)
         now_ms = time.time() * 1000.0
@@ -766,7 +764,7 @@ class Combiner:
         values = None if encode_for is None else self._encoded(heads, versions, yhats, losses, now_ms, *encode_for)
         if self.predicted is not None:
             self._hold(ids, heads, versions, yhats, now_ms)
-        return Run(keys, values, feedback, functools.partial(_prediction_records, self.loss, self.model, heads,
+        return Run(prediction_keys_of(heads), values, feedback, functools.partial(_prediction_records, self.loss, self.model, heads,
                                                              versions, yhats, losses, now_ms))
 
     def _hold(self, ids: list[str], heads, versions, scores, now_ms: float) -> None:

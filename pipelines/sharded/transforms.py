@@ -145,8 +145,6 @@ class DecodeShardedInput(DecodeEvents):
     """Batches from both topics → (model, (EVENTS, [(Position, event)...]))
     or (model, (FEEDBACK, [FeedbackBatch record...])); bad events to the ``dead`` tag."""
 
-    rows_out = True  # the Router reads the arrays
-
     def setup(self):
         super().setup()
         self.feedback_reader = FeedbackReader(self.codec)

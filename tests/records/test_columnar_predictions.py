@@ -153,26 +153,27 @@ def test_an_older_registered_prediction_schema_takes_the_per_record_path(schema_
 
 
 def test_a_batch_of_columnar_events_pickles_as_its_columns_and_comes_back_the_same():
-    """How a model's batch crosses Beam's steps (pickled): the same
-    positions, the same rows of the same columns, the same start and
-    source; a batch that is not all rows of one batch of columns (an event
-    given an early label is a plain record) pickles item by item."""
+    """How a model's batch crosses Beam's steps (pickled): an EventRows is
+    its columns (pickled once, without the Python values cached per
+    event) and arrays of row numbers and offsets; it comes back with the
+    same (Position, event) pairs, start and source, and so does a slice."""
     import pickle
 
-    from pipelines.steps import EventBatch
+    from pipelines.records.columnar import EventRows
 
     records = random_events(np.random.default_rng(2), 30, "sparse", None, "logistic")
-    events = columnar(records, "logistic", None)
-    items = [(Position("ev", 3, 50 + 2 * i, None if i % 2 else b"k%d" % i), e) for i, e in enumerate(events)]
-    for batch in (EventBatch(items, start=49, source=("ev", 3)),
-                  EventBatch(items[:5] + [(items[5][0], dict(records[5]))] + items[6:], start=49, source=("ev", 3))):
-        data = pickle.dumps(batch, pickle.HIGHEST_PROTOCOL)
+    cols = columnar(records, "logistic", None)[0].cols
+    rows = np.arange(0, 30, 2)
+    batch = EventRows(cols, rows, 50 + 2 * rows, [None if i % 4 else b"k%d" % i for i in rows.tolist()], 49, ("ev", 3))
+    assert [(p, dict(e)) for p, e in batch] == [(Position("ev", 3, 50 + 2 * i, None if i % 4 else b"k%d" % i),
+                                                 dict(records[i])) for i in rows.tolist()]
+    cols.fields()  # cached Python values: one object per event, not to be pickled
+    for part in (batch, batch[3:9]):
+        data = pickle.dumps(part, pickle.HIGHEST_PROTOCOL)
         back = pickle.loads(data)
-        assert type(back) is EventBatch and back.start == 49 and back.source == ("ev", 3)
-        assert [p for p, _ in back] == [p for p, _ in batch]
-        assert [dict(e) for _, e in back] == [dict(e) for _, e in batch]
-        compact = all(hasattr(e, "cols") for _, e in batch)
-        assert (b"_event_batch" in data) == compact and (b"ColumnarEvent" in data) != compact
+        assert type(back) is EventRows and back.start == 49 and back.source == ("ev", 3)
+        assert [(p, dict(e)) for p, e in back] == [(p, dict(e)) for p, e in part]
+        assert b"ColumnarEvent" not in data and b"Position" not in data and b"_fields" not in data
 
 
 @pytest.mark.parametrize("loss,n_classes", LOSSES)
