@@ -717,3 +717,73 @@ def decode_feedback_batch(buf, pos, end):
     if pos < 0 or count != n:
         return bad
     return pos, n, m, starts, ends, columns, width, g[:n_g], scalars[:n_s]
+
+
+@njit(cache=True, inline="always")
+def _write_longs(out, pos, col):
+    """An array of long (or int): one block, then the empty block."""
+    if col.shape[0]:
+        pos = write_long(out, pos, col.shape[0])
+        for v in col:
+            pos = write_long(out, pos, v)
+    out[pos] = 0
+    return pos + 1
+
+
+@njit(cache=True, inline="always")
+def _write_booleans(out, pos, col):
+    if col.shape[0]:
+        pos = write_long(out, pos, col.shape[0])
+        for v in col:
+            out[pos] = 1 if v else 0
+            pos += 1
+    out[pos] = 0
+    return pos + 1
+
+
+@njit(cache=True, inline="always")
+def _write_doubles(out, pos, col, cell):
+    if col.shape[0]:
+        pos = write_long(out, pos, col.shape[0])
+        for v in col:
+            pos = write_double(out, pos, v, cell)
+    out[pos] = 0
+    return pos + 1
+
+
+@njit(cache=True, inline="always")
+def _write_strings(out, pos, sbuf, ends, lo, hi):
+    """Strings lo..hi−1 of ``sbuf`` (string k ends at ends[k]) as an array of string."""
+    if hi > lo:
+        pos = write_long(out, pos, hi - lo)
+        for k in range(lo, hi):
+            pos = write_string(out, pos, sbuf, ends[k - 1] if k else 0, ends[k])
+    out[pos] = 0
+    return pos + 1
+
+
+@njit(cache=True)
+def encode_feedback_batch(header, sbuf, ends, n, columns, width, g, scalars):
+    """A framed ``scinol.FeedbackBatch`` (the inverse of
+    :func:`decode_feedback_batch`): ``sbuf`` holds the UTF-8 of the model,
+    the run id, the n event ids and the scalars' names back to back, string
+    k ending at ends[k]; ``columns`` rows: seqs, partitions, offsets,
+    learned, checkpoints; ``g`` and ``scalars`` flat, row-major."""
+    m = ends.shape[0] - 2 - n
+    out = np.empty(header.shape[0] + sbuf.shape[0] + 10 * (ends.shape[0] + 5 * n + 16)
+                   + 8 * (g.shape[0] + scalars.shape[0]), np.uint8)
+    cell = np.empty(1, np.float64)
+    out[:header.shape[0]] = header
+    pos = write_string(out, header.shape[0], sbuf, 0, ends[0])
+    pos = write_string(out, pos, sbuf, ends[0], ends[1])
+    pos = _write_strings(out, pos, sbuf, ends, 2, 2 + n)
+    pos = _write_longs(out, pos, columns[0])
+    pos = _write_longs(out, pos, columns[1])
+    pos = _write_longs(out, pos, columns[2])
+    pos = _write_booleans(out, pos, columns[3])
+    pos = write_long(out, pos, width)
+    pos = _write_doubles(out, pos, g, cell)
+    pos = _write_strings(out, pos, sbuf, ends, 2 + n, 2 + n + m)
+    pos = _write_doubles(out, pos, scalars, cell)
+    pos = _write_booleans(out, pos, columns[4])
+    return out[:pos]

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pipelines.records.avro_kernels import decode_feedback_batch
+from pipelines.records.avro_kernels import decode_feedback_batch, encode_feedback_batch
 from schemas.catalog import load_schema
 from schemas.codec import HEADER_SIZE, MAGIC, Codec
 
@@ -92,9 +92,32 @@ class FeedbackColumns(NamedTuple):
 
     def batches(self) -> list[dict]:
         """As FeedbackBatch records of at most about :data:`BATCH_BYTES` each."""
-        n, width, m = self.n, self.g.shape[1], len(self.scalar_names)
-        step = max(1, BATCH_BYTES // (8 * (width + m) + 64))
-        return [self._batch(lo, min(lo + step, n)) for lo in range(0, n, step)]
+        return [self._batch(lo, hi) for lo, hi in self._spans()]
+
+    def _spans(self) -> list[tuple[int, int]]:
+        step = max(1, BATCH_BYTES // (8 * (self.g.shape[1] + len(self.scalar_names)) + 64))
+        return [(lo, min(lo + step, self.n)) for lo in range(0, self.n, step)]
+
+    def values(self, codec: Codec, topic: str | None) -> list[bytes]:
+        """:meth:`batches` as Kafka values, byte for byte what
+        ``codec.encode("scinol.FeedbackBatch", batch, topic)`` writes, each
+        in one compiled call (through the codec when the topic's registered
+        schema is not the current one)."""
+        header, _, prepare = codec._writer("scinol.FeedbackBatch", topic)
+        if prepare is not None or not self.n:
+            return [codec.encode("scinol.FeedbackBatch", batch, topic) for batch in self.batches()]
+        header = np.frombuffer(header, np.uint8)
+        ids = [event_id.encode() for event_id in self.event_ids]
+        head, names = [self.model.encode(), self.run_id.encode()], [name.encode() for name in self.scalar_names]
+        columns = np.stack([self.seqs, self.partitions, self.offsets, self.learned, self.checkpoints]).astype(np.int64)
+        out = []
+        for lo, hi in self._spans():
+            strings = head + ids[lo:hi] + names
+            ends = np.cumsum(np.fromiter(map(len, strings), np.int64, len(strings)))
+            out.append(encode_feedback_batch(header, np.frombuffer(b"".join(strings), np.uint8), ends, hi - lo,
+                                             columns[:, lo:hi], self.g.shape[1], self.g[lo:hi].ravel(),
+                                             self.scalars[lo:hi].ravel()).tobytes())
+        return out
 
     def _batch(self, lo: int, hi: int) -> dict:
         return {"model": self.model, "run_id": self.run_id, "event_ids": self.event_ids[lo:hi],
@@ -121,6 +144,14 @@ def feedback_batches(records: list[dict] | list[FeedbackColumns]) -> list[dict]:
     out = []
     for _, group in itertools.groupby(records, key=_scalar_names):
         out += FeedbackColumns.concat(_as_columns(group)).batches()
+    return out
+
+
+def feedback_values(records: list[dict] | list[FeedbackColumns], codec: Codec, topic: str | None) -> list[bytes]:
+    """:func:`feedback_batches` as Kafka values (:meth:`FeedbackColumns.values`)."""
+    out = []
+    for _, group in itertools.groupby(records, key=_scalar_names):
+        out += FeedbackColumns.concat(_as_columns(group)).values(codec, topic)
     return out
 
 

@@ -41,7 +41,7 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from pipelines.config import RunConfig
 from pipelines.kafka.producer import KafkaWriter
 from pipelines.records.dead_letters import dead_letter_message
-from pipelines.records.feedback import FeedbackReader, end_markers, feedback_batches
+from pipelines.records.feedback import FeedbackReader, end_markers, feedback_values
 from pipelines.records.labels import PendingStore
 from pipelines.state.cuts import CutStore
 from pipelines.steps import (NAMESPACE, DecodeEvents, KeptCoder, KeptObjects, LabelBatch, pickle_sharing,
@@ -273,8 +273,8 @@ class RouteEvents(_Sharded, beam.DoFn):
         codec = self._codec()
         records = [skip_record(self.run.run_id, skip_position(self.cfg, pos.topic, pos.partition), pos.offset)
                    for pos in positions]
-        for batch in feedback_batches(records):
-            self.skips[0].produce(codec.encode("scinol.FeedbackBatch", batch, self.cfg.feedback))
+        for value in feedback_values(records, codec, self.cfg.feedback):
+            self.skips[0].produce(value)
 
     def _flush(self):
         if self.skips is not None:
@@ -426,8 +426,9 @@ class CombineStep(_Sharded, beam.DoFn):
     def _send_feedback(self, model: str, runs) -> None:
         """One FeedbackBatch message per batch (two or more for a very wide model)."""
         faults = self.run.faults
-        for batch in feedback_batches([run.feedback.faulted(faults.drop, faults.duplicate) for run in runs]):
-            self.feedback.produce(self.codec.encode("scinol.FeedbackBatch", batch, self.cfg.feedback), model.encode())
+        columns = [run.feedback.faulted(faults.drop, faults.duplicate) for run in runs]
+        for value in feedback_values(columns, self.codec, self.cfg.feedback):
+            self.feedback.produce(value, model.encode())
         self.feedback.poll()
 
     def _late_cuts(self, model: str, combiner: Combiner, runs) -> None:

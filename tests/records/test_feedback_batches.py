@@ -85,3 +85,29 @@ def test_fault_trials_lose_and_repeat_events_feedback():
 
 def test_no_records_no_message():
     assert feedback_batches([]) == []
+
+
+def random_columns(rng, n: int, width: int, m: int) -> FeedbackColumns:
+    """Columns with what the codec must get right: non-ASCII and empty ids,
+    labels-topic (negative) partitions, offsets past 2^32, extreme doubles."""
+    ids = [("é" * int(rng.integers(0, 3)) + f"e{i}") if i % 11 else "" for i in range(n)]
+    g = rng.standard_normal((n, width)) * 10.0 ** rng.integers(-300, 300, (n, width))
+    return FeedbackColumns("mødel", "r1", ids, rng.integers(0, 1 << 62, n), rng.integers(-(1 << 31), 1 << 31, n),
+                           rng.integers(-1, 1 << 62, n), rng.random(n) < 0.6, g, [f"s{j}" for j in range(m)],
+                           rng.standard_normal((n, m)), rng.random(n) < 0.1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_feedback_values_are_the_codec_bytes(seed, monkeypatch):
+    """The combine step writes each FeedbackBatch in one compiled call:
+    byte for byte what the codec writes for the batches, split as they are,
+    for records and columns, empty widths and no scalars included."""
+    import numpy as np
+
+    rng, codec = np.random.default_rng(seed), Codec()
+    monkeypatch.setattr(fb, "BATCH_BYTES", 2000)  # several batches a run
+    runs = [random_columns(rng, int(rng.integers(1, 120)), int(rng.integers(0, 4)), int(rng.integers(0, 3)))
+            for _ in range(5)]
+    for parts in ([runs[0]], runs[1:3], runs, records(9)):
+        want = [codec.encode("scinol.FeedbackBatch", b, "fb") for b in feedback_batches(parts)]
+        assert fb.feedback_values(parts, codec, "fb") == want and len(want) >= 1
