@@ -14,7 +14,9 @@ layout for (catalog versions 1 and 2, and registry ids whose schema is one
 of them); a message it does not take (another schema id, anything
 malformed, anything the event checks reject) goes through ``screen`` on its
 own, so results, dead-letter reasons and texts are those of the per-event
-path by construction.
+path by construction. :class:`EventRows` is one model's events of such a
+batch as the pipelines' steps hand them on: row numbers into the columns,
+offsets and keys, with no object per event.
 
 :func:`encode_predictions` writes a batch of ``scinol.Prediction`` records
 given as arrays into one buffer with offsets, byte for byte what the codec
