@@ -116,8 +116,11 @@ class ModelRunner:
 
     def _covered(self, items: list[tuple]) -> None:
         source = getattr(items, "source", None)
+        if isinstance(items, EventRows):
+            self.offsets.update(items.covered())
+            return
         if source is not None and items:  # one partition, in offset order: the last offset says it all
-            self.offsets[source] = int(items.offsets[-1] if isinstance(items, EventRows) else items[-1][0].offset) + 1
+            self.offsets[source] = items[-1][0].offset + 1
             return
         for msg, _ in items:
             self.offsets[(msg.topic, msg.partition)] = msg.offset + 1
