@@ -13,7 +13,7 @@ one compiled call for those of the current schema."""
 from __future__ import annotations
 
 import itertools
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
@@ -141,18 +141,18 @@ def feedback_batches(records: list[dict] | list[FeedbackColumns]) -> list[dict]:
     scalars' names change, as between a control record and an event's.
     ``records``: Feedback records (dicts of ``scinol.Feedback``'s fields)
     or :class:`FeedbackColumns`."""
-    out = []
-    for _, group in itertools.groupby(records, key=_scalar_names):
-        out += FeedbackColumns.concat(_as_columns(group)).batches()
-    return out
+    return [batch for columns in _runs(records) for batch in columns.batches()]
 
 
 def feedback_values(records: list[dict] | list[FeedbackColumns], codec: Codec, topic: str | None) -> list[bytes]:
     """:func:`feedback_batches` as Kafka values (:meth:`FeedbackColumns.values`)."""
-    out = []
+    return [value for columns in _runs(records) for value in columns.values(codec, topic)]
+
+
+def _runs(records) -> Iterator[FeedbackColumns]:
+    """The records as columns, one per run with the same scalars' names."""
     for _, group in itertools.groupby(records, key=_scalar_names):
-        out += FeedbackColumns.concat(_as_columns(group)).values(codec, topic)
-    return out
+        yield FeedbackColumns.concat(_as_columns(group))
 
 
 def _scalar_names(part) -> tuple:
