@@ -12,9 +12,16 @@
    and at S = 0 (on the first ``--exact-n`` events: one Kafka round trip per
    event), on dense and sparse events, as a share of exact mode's events/s
    on the same topic in the same run.
+4. ``--delays`` table: how far staleness can go. K = 2 at S = B = each of
+   ``--delay-s`` on the toy data, per learner: mean progressive loss beside
+   exact mode's, and for ScInOL2 a fixed-delay simulation written from
+   Kempka et al. 2019, Algorithm 2, without the pipeline (event t predicted
+   with the feedback of events 1..t-S-1 applied), which tells the learner's
+   own behaviour under delay from the pipeline's.
 
 Usage: python benchmarks/bench_sharded.py [--n 3000] [--rate 300] [--seconds 15]
        python benchmarks/bench_sharded.py --ratios [--ratio-n 20000] [--batch 500]
+       python benchmarks/bench_sharded.py --delays [--delay-n 100000] [--delay-s 500,2000,5000]
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from pipelines.kafka.broker import EmbeddedBroker
 from pipelines.records.events import dense_events
 from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.records.topics import produce_events
-from pipelines.config import RunConfig
+from pipelines.config import LearnerConfig, RunConfig
 from pipelines.launch import run
 from pipelines.records.topics import read_records
 
@@ -118,6 +125,47 @@ def ratios(bs: str, n: int, n_zero: int, batch: int) -> None:
         print(f"{name:<22}{exact:>10,.0f}" + "".join(f"{c:>22}" for c in cells), flush=True)
 
 
+def scinol2_with_delay(X: np.ndarray, y: np.ndarray, delay: int) -> float:
+    """Mean logistic loss of ScInOL2 (Kempka et al. 2019, Algorithm 2, eps = 1,
+    a bias column) when event t is predicted with only the feedback of events
+    1..t-delay-1 applied; each update uses the weights its event was
+    predicted with. Written from the paper, sharing no code with learners/."""
+    X = np.hstack([X, np.ones((len(X), 1))])
+    M, G, S2, eta = np.zeros(X.shape[1]), np.zeros(X.shape[1]), np.zeros(X.shape[1]), np.ones(X.shape[1])
+    pending, total = [], 0.0
+    for t, x in enumerate(X):
+        while pending and pending[0][0] < t - delay:
+            _, xs, g, w = pending.pop(0)
+            M, gx = np.maximum(M, np.abs(xs)), g * xs
+            eta, G, S2 = eta - gx * w, G - gx, S2 + gx * gx
+        root = np.sqrt(S2 + np.maximum(M, np.abs(x)) ** 2)
+        theta = np.divide(G, root, out=np.zeros_like(G), where=root > 0)
+        w = np.divide(np.sign(theta) * np.minimum(np.abs(theta), 1.0) * eta, 2 * root, out=np.zeros_like(G),
+                      where=root > 0)
+        margin = y[t] * (x @ w)
+        total += np.logaddexp(0.0, -margin)
+        pending.append((t, x, -y[t] / (1.0 + np.exp(min(margin, 700.0))), w))
+    return total / len(X)
+
+
+def delays(bs: str, n: int, stalenesses: list[int], learners: list[str]) -> None:
+    """K = 2 at S = B for each S: where the learners stop learning."""
+    X, y = toy_examples(n, 1)
+    topic = f"bench.delay.{time.time_ns()}"
+    produce_events(bs, topic, dense_events(X, y, "d-", start_ms=1_700_000_000_000), partitions=1, total=n,
+                   progress=False)
+    print(f"\nmean progressive loss, toy data, {n:,} events; K = 2 shards at S = B")
+    print(f"{'learner':<28}{'exact':>12}" + "".join(f"{f'S = {s}':>14}" for s in stalenesses))
+    for name in learners:
+        exact, _, _ = backfill(bs, topic, n, learner=LearnerConfig(name))
+        cells = [backfill(bs, topic, n, learner=LearnerConfig(name), shards=2, max_staleness=s, max_batch=s)[0]
+                 for s in stalenesses]
+        print(f"{name:<28}{exact:>12.4g}" + "".join(f"{c:>14.4g}" for c in cells), flush=True)
+    cells = [scinol2_with_delay(X, y, s) for s in [0] + stalenesses]
+    print(f"{'scinol2, fixed-delay model':<28}" + "".join(f"{c:>{12 if i == 0 else 14}.4g}"
+                                                         for i, c in enumerate(cells)), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=3000, help="events per data set for the staleness table")
@@ -131,11 +179,18 @@ def main():
     ap.add_argument("--ratio-n", type=int, default=20000, help="events per data set for --ratios")
     ap.add_argument("--exact-n", type=int, default=1000, help="events for S = 0 in --ratios")
     ap.add_argument("--batch", type=int, default=500, help="max_batch, and S = B, for --ratios")
+    ap.add_argument("--delays", action="store_true", help="only the table of losses at large staleness")
+    ap.add_argument("--delay-n", type=int, default=100000, help="events for --delays")
+    ap.add_argument("--delay-s", default="500,2000,5000", help="the S = B values for --delays")
+    ap.add_argument("--delay-learners", default="scinol2,scinol1,kt", help="learners for --delays")
     ap.add_argument("--paper-data", metavar="DIR", help="also the Adult data set read from DIR/adult "
                                                         "(the layout of pipelines/bench/paper_data.py)")
     args = ap.parse_args()
     with EmbeddedBroker() as broker:
         bs = broker.bootstrap
+        if args.delays:
+            delays(bs, args.delay_n, [int(s) for s in args.delay_s.split(",")], args.delay_learners.split(","))
+            return
         if args.ratios:
             ratios(bs, args.ratio_n, args.exact_n, args.batch)
             return
