@@ -30,7 +30,7 @@ setup(
         "tqdm>=4.60",  # progress bars: one line updated in place, rate and ETA, no hand-written drawing
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5"],  # xdist: the suite in two processes
         "bench": ["vowpalwabbit>=9.8", "river>=0.21", "matplotlib>=3.7"],  # `scinol bench` competitors and plots
     },
     entry_points={"console_scripts": ["scinol=pipelines.cli.main:main"]},
