@@ -19,7 +19,8 @@ import numpy as np
 
 from pipelines.records.avro_kernels import decode_feedback_batch, encode_feedback_batch
 from schemas.catalog import load_schema
-from schemas.codec import HEADER_SIZE, MAGIC, Codec
+from schemas.codec import HEADER_SIZE, MAGIC, Codec, DecodeError
+from schemas.reasons import UNDECODABLE
 
 BATCH_BYTES = 512 * 1024
 """About the most one FeedbackBatch holds, under Kafka's default 1 MB message limit."""
@@ -94,6 +95,22 @@ class FeedbackColumns(NamedTuple):
         """As FeedbackBatch records of at most about :data:`BATCH_BYTES` each."""
         return [self._batch(lo, hi) for lo, hi in self._spans()]
 
+    def parts(self) -> list["FeedbackColumns"]:
+        """Split as :meth:`batches` splits, each part still columns: what a
+        shard gets from one FeedbackBatch message."""
+        spans = self._spans()
+        return [self] if len(spans) == 1 else [self.take(np.arange(lo, hi)) for lo, hi in spans]
+
+    @classmethod
+    def of_batch(cls, batch: dict) -> "FeedbackColumns":
+        """A FeedbackBatch record (a dict of its fields) as columns."""
+        n, width, names = len(batch["seqs"]), batch["g_width"], list(batch["scalar_names"])
+        return cls(batch["model"], batch["run_id"], list(batch["event_ids"]), _ints(batch["seqs"]),
+                   _ints(batch["partitions"]), _ints(batch["offsets"]), np.array(batch["learned"], dtype=bool),
+                   np.array(batch["g"], dtype=np.float64).reshape(n, width), names,
+                   np.array(batch["scalars"], dtype=np.float64).reshape(n, len(names)),
+                   np.array(batch["checkpoints"], dtype=bool))
+
     def _spans(self) -> list[tuple[int, int]]:
         step = max(1, BATCH_BYTES // (8 * (self.g.shape[1] + len(self.scalar_names)) + 64))
         return [(lo, min(lo + step, self.n)) for lo in range(0, self.n, step)]
@@ -144,6 +161,12 @@ def feedback_batches(records: list[dict] | list[FeedbackColumns]) -> list[dict]:
     return [batch for columns in _runs(records) for batch in columns.batches()]
 
 
+def feedback_parts(records: list[dict] | list[FeedbackColumns]) -> list[FeedbackColumns]:
+    """:func:`feedback_batches` as columns (:meth:`FeedbackColumns.parts`):
+    what :meth:`FeedbackReader.columns` reads back from their messages."""
+    return [part for columns in _runs(records) for part in columns.parts()]
+
+
 def feedback_values(records: list[dict] | list[FeedbackColumns], codec: Codec, topic: str | None) -> list[bytes]:
     """:func:`feedback_batches` as Kafka values (:meth:`FeedbackColumns.values`)."""
     return [value for columns in _runs(records) for value in columns.values(codec, topic)]
@@ -181,12 +204,30 @@ class FeedbackReader:
         self._known = -1
 
     def decode(self, value) -> dict:
+        columns = self._compiled(value)
+        if columns is not None:
+            return columns._batch(0, columns.n)
+        return self.codec.decode(value, expected="scinol.FeedbackBatch")
+
+    def columns(self, value) -> FeedbackColumns:
+        """:meth:`decode` as :class:`FeedbackColumns`: arrays, no Python
+        object per event but its id, so cheap to pass between Beam steps."""
+        columns = self._compiled(value)
+        if columns is not None:
+            return columns
+        batch = self.codec.decode(value, expected="scinol.FeedbackBatch")
+        n, names = len(batch["seqs"]), batch["scalar_names"]
+        if len(batch["g"]) != n * batch["g_width"] or len(batch["scalars"]) != n * len(names):
+            raise DecodeError(UNDECODABLE, f"a FeedbackBatch of {n} events holds {len(batch['g'])} g values of "
+                                           f"width {batch['g_width']} and {len(batch['scalars'])} scalars of "
+                                           f"{len(names)} names")
+        return FeedbackColumns.of_batch(batch)
+
+    def _compiled(self, value) -> FeedbackColumns | None:
         if value.__class__ is bytes and len(value) > HEADER_SIZE and value[0] == MAGIC:
             if int.from_bytes(value[1:HEADER_SIZE], "big") in self._current_ids():
-                record = _compiled(value)
-                if record is not None:
-                    return record
-        return self.codec.decode(value, expected="scinol.FeedbackBatch")
+                return _compiled(value)
+        return None
 
     def _current_ids(self) -> frozenset[int]:
         """The schema ids the codec reads as this version's FeedbackBatch (a
@@ -203,17 +244,14 @@ class FeedbackReader:
         return self._ids
 
 
-def _compiled(value: bytes) -> dict | None:
+def _compiled(value: bytes) -> FeedbackColumns | None:
     buf = np.frombuffer(value, np.uint8)
     end, n, m, starts, ends, columns, width, g, scalars = decode_feedback_batch(buf, HEADER_SIZE, buf.shape[0])
-    if end != buf.shape[0]:
-        return None  # not taken, or bytes left over: the codec decides
+    if end != buf.shape[0] or g.shape[0] != n * width or scalars.shape[0] != n * m:
+        return None  # not taken, bytes left over, or columns of other lengths: the codec decides
     text = [value[a:b].decode() for a, b in zip(starts[:2 + n + m].tolist(), ends[:2 + n + m].tolist())]
-    seqs, partitions, offsets = columns[:3].tolist()
-    learned, checkpoints = columns[3:].astype(bool).tolist()
-    return {"model": text[0], "run_id": text[1], "event_ids": text[2:2 + n], "seqs": seqs, "partitions": partitions,
-            "offsets": offsets, "learned": learned, "g_width": int(width), "g": g.tolist(),
-            "scalar_names": text[2 + n:], "scalars": scalars.tolist(), "checkpoints": checkpoints}
+    return FeedbackColumns(text[0], text[1], text[2:2 + n], columns[0], columns[1], columns[2], columns[3].astype(bool),
+                           g.reshape(n, width), text[2 + n:], scalars.reshape(n, m), columns[4].astype(bool))
 
 
 def feedback_records(batch: dict) -> list[dict]:
@@ -229,8 +267,8 @@ def feedback_records(batch: dict) -> list[dict]:
                              batch["learned"], batch["checkpoints"]))]
 
 
-def end_markers(batches: list[dict]) -> bool:
-    """Whether any of these batches holds the feedback reader's end marker
+def end_markers(parts: list[FeedbackColumns]) -> bool:
+    """Whether any of these parts holds the feedback reader's end marker
     (a control record: no event id, checkpoint set)."""
     return any(not event_id and checkpoint
-               for b in batches for event_id, checkpoint in zip(b["event_ids"], b["checkpoints"]))
+               for p in parts for event_id, checkpoint in zip(p.event_ids, p.checkpoints.tolist()))

@@ -371,19 +371,20 @@ class ShardRunner:
                 entry[1] = hi
         return out
 
-    def feedback(self, batches: list[dict], on_cut=None) -> list[Partials]:
-        """Apply FeedbackBatch records (:mod:`pipelines.records.feedback`) in
-        order; returns the partials now predictable. ``on_cut(seq)`` is called
-        right after applying an event's feedback that asks for a checkpoint
-        cut, while the state is exactly the cut's."""
+    def feedback(self, parts: list[FeedbackColumns], on_cut=None) -> list[Partials]:
+        """Apply feedback (FeedbackBatch messages as columns,
+        :mod:`pipelines.records.feedback`) in order; returns the partials
+        now predictable. ``on_cut(seq)`` is called right after applying an
+        event's feedback that asks for a checkpoint cut, while the state is
+        exactly the cut's."""
         out = []
-        for batch in batches:
-            out += self._feedback(batch, on_cut)
+        for part in parts:
+            out += self._feedback(part, on_cut)
         return out + self._predict_ready()
 
-    def _feedback(self, batch: dict, on_cut) -> list[Partials]:
+    def _feedback(self, part: FeedbackColumns, on_cut) -> list[Partials]:
         out = []
-        ids, seqs, cuts, i = batch["event_ids"], batch["seqs"], batch["checkpoints"], 0
+        ids, seqs, cuts, i = part.event_ids, part.seqs.tolist(), part.checkpoints.tolist(), 0
         while i < len(seqs):
             seq = seqs[i]
             if not ids[i]:  # a control record of the feedback reader (FeedbackWatch)
@@ -408,37 +409,33 @@ class ShardRunner:
             while self.applied + 1 < seq:  # the feedback of events before it never came
                 flight = self.in_flight[0]
                 self._give_up(flight, min(seq, flight.last + 1))
-            end = self._run(batch, i)
-            self._apply(batch, i, end)
+            end = self._run(ids, seqs, cuts, i)
+            self._apply(part, i, end)
             if cuts[end - 1] and on_cut is not None:
                 on_cut(seqs[end - 1])
             i = end
         return out
 
-    def _run(self, batch: dict, i: int) -> int:
+    def _run(self, ids: list[str], seqs: list[int], cuts: list[bool], i: int) -> int:
         """The end of the run of events from row i on that one update call
         applies: consecutive events of the oldest flight, up to a cut."""
-        ids, seqs, cuts = batch["event_ids"], batch["seqs"], batch["checkpoints"]
         last, seq, end = self.in_flight[0].last, seqs[i], i + 1
         while end < len(seqs) and seq < last and not cuts[end - 1] and ids[end] and seqs[end] == seq + 1:
             seq, end = seq + 1, end + 1
         return end
 
-    def _apply(self, batch: dict, i: int, end: int) -> None:
-        """Rows i..end−1 of ``batch``: the next events of the oldest flight."""
+    def _apply(self, part: FeedbackColumns, i: int, end: int) -> None:
+        """Rows i..end−1 of ``part``: the next events of the oldest flight."""
         flight = self.in_flight[0]
-        lo = batch["seqs"][i] - flight.first
-        names, width = batch["scalar_names"], batch["g_width"]
-        scalars = np.asarray(batch["scalars"][i * len(names): end * len(names)], dtype=np.float64)
-        scalars = scalars.reshape(end - i, len(names))
-        has = np.asarray(batch["learned"][i:end], dtype=bool)
+        lo = int(part.seqs[i]) - flight.first
+        names, scalars = part.scalar_names, part.scalars[i:end]
+        has = part.learned[i:end]
         if has.any():
             order = [names.index(name) for name in self.algorithm.scalar_names]
-            feedback = np.asarray(batch["g"][i * width: end * width], dtype=np.float64).reshape(end - i, width)
             self.algorithm.update_rows(self.shard.state, flight.indptr[lo:lo + end - i + 1], flight.slots,
-                                       flight.values, scalars[:, order], feedback, has, flight.memo, lo)
+                                       flight.values, scalars[:, order], part.g[i:end], has, flight.memo, lo)
         self.scalars = dict(zip(names, scalars[-1].tolist()))
-        self._done(flight, batch["seqs"][end - 1] + 1)
+        self._done(flight, int(part.seqs[end - 1]) + 1)
 
     def _done(self, flight: Flight, until: int) -> None:
         """The events of ``flight`` up to ``until`` (exclusive) are applied."""
@@ -867,29 +864,27 @@ class FeedbackWatch(StopRule):
         before = self._left
         for msg in batch:
             try:
-                rec = self._reader.decode(msg.value)
+                part = self._reader.columns(msg.value)
             except Exception as exc:  # noqa: BLE001 - a foreign record on the feedback topic
                 log.warning("feedback topic offset %d: not a FeedbackBatch record (%s); ignored", msg.offset, exc)
                 continue
-            if rec["run_id"] != self.run_id or not rec["seqs"]:
+            if part.run_id != self.run_id or not part.n:
                 continue
-            if rec["model"]:
-                self._last_seq[rec["model"]] = max(max(rec["seqs"]), self._last_seq.get(rec["model"], 0))
-            self._cover(rec["partitions"], rec["offsets"])
+            if part.model:
+                self._last_seq[part.model] = max(int(part.seqs.max()), self._last_seq.get(part.model, 0))
+            self._cover(part.partitions, part.offsets)
         if self._left < before:
             self._last_progress = time.monotonic()
         return self.targets is not None and self._left == 0
 
-    def _cover(self, partitions: list[int], offsets: list[int]) -> None:
+    def _cover(self, partitions: np.ndarray, offsets: np.ndarray) -> None:
         """Count the target event offsets these feedback records cover."""
-        targets = self.targets or {}
-        for partition, offset in zip(partitions, offsets):
-            span = targets.get(partition)
-            if span and span[0] <= offset < span[1]:
-                seen = self._seen[partition]
-                if not seen[offset - span[0]]:
-                    seen[offset - span[0]] = True
-                    self._left -= 1
+        for partition, (first, end) in (self.targets or {}).items():
+            mine = offsets[(partitions == partition) & (offsets >= first) & (offsets < end)] - first
+            seen = self._seen[partition]
+            new = np.unique(mine[~seen[mine]])
+            seen[new] = True
+            self._left -= len(new)
 
     def idle(self) -> bool:
         if self._seen is None:

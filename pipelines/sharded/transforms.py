@@ -143,7 +143,7 @@ def skip_record(run_id: str, partition: int, offset: int) -> dict:
 
 class DecodeShardedInput(DecodeEvents):
     """Batches from both topics → (model, (EVENTS, [(Position, event)...]))
-    or (model, (FEEDBACK, [FeedbackBatch record...])); bad events to the ``dead`` tag."""
+    or (model, (FEEDBACK, [FeedbackColumns...])); bad events to the ``dead`` tag."""
 
     def setup(self):
         super().setup()
@@ -154,14 +154,14 @@ class DecodeShardedInput(DecodeEvents):
             by_model: dict[str, list] = {}
             for msg in batch:
                 try:
-                    rec = self.feedback_reader.decode(msg.value)
+                    part = self.feedback_reader.columns(msg.value)
                 except DecodeError as exc:
                     Metrics.counter(NAMESPACE, "feedback_undecodable").inc()
                     log.warning("feedback topic %s[%d] offset %d: %s; ignored", msg.topic, msg.partition,
                                 msg.offset, exc)
                     continue
-                if rec["model"]:  # not the records of events with no sequence place
-                    by_model.setdefault(rec["model"], []).append(rec)
+                if part.model:  # not the records of events with no sequence place
+                    by_model.setdefault(part.model, []).append(part)
             for model, records in by_model.items():
                 yield model, (FEEDBACK, records)
             return
@@ -200,9 +200,9 @@ class RouteEvents(_Sharded, beam.DoFn):
                 generation=beam.DoFn.StateParam(_Sharded.GENERATION)):
         model, (kind, payload) = element
         if kind == FEEDBACK:
-            mine = [b for b in payload if b["run_id"] == self.run.run_id]
+            mine = [part for part in payload if part.run_id == self.run.run_id]
             if len(mine) < len(payload):
-                self.foreign.inc(sum(len(b["seqs"]) for b in payload if b["run_id"] != self.run.run_id))
+                self.foreign.inc(sum(part.n for part in payload if part.run_id != self.run.run_id))
             if mine and self.cfg.labels_topic and end_markers(mine):
                 self._end_cut(model, saved, generation)
             if mine:

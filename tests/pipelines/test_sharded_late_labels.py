@@ -13,7 +13,7 @@ import pytest
 from learners import make_learner
 from learners.losses import losses_of
 from pipelines.kafka.consumer import KafkaMessage
-from pipelines.records.feedback import feedback_batches
+from pipelines.records.feedback import feedback_parts
 from pipelines.records.labels import PendingStore
 from pipelines.sharded.protocol import Combiner, Router, ShardRunner
 from schemas.reasons import LABEL_DUPLICATE, LABEL_EXPIRED, LABEL_UNKNOWN_EVENT
@@ -59,7 +59,7 @@ class LateLoop:
         while self.queue:
             records, self.queue = self.queue, []
             for shard in self.shards:
-                self._combine(shard.feedback(feedback_batches(records)))
+                self._combine(shard.feedback(feedback_parts(records)))
 
     def _combine(self, partials):
         for run in self.combiner.add(partials):

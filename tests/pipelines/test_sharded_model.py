@@ -9,7 +9,7 @@ import pytest
 from learners import make_learner
 from learners.datasets import toy_examples
 from pipelines.records.events import dense_events
-from pipelines.records.feedback import feedback_batches
+from pipelines.records.feedback import feedback_parts
 from pipelines.steps import Position
 from tests.support.sharded_loop import Loop, merged_arrays
 
@@ -113,7 +113,7 @@ def test_lost_feedback_at_zero_staleness_is_given_up_after_the_timeout():
                  "g": [], "scalars": {}, "checkpoint": False}
     for s in loop.shards:
         s.feedback_timeout = 0.0  # as if the timeout has passed
-        loop._combine(s.feedback(feedback_batches([heartbeat])))
+        loop._combine(s.feedback(feedback_parts([heartbeat])))
         assert s.missing == [(10, items[9][1]["id"])]
     loop._deliver()
     while loop.feedback_queue:

@@ -55,7 +55,7 @@ def test_control_records_get_batches_of_their_own():
     batches = feedback_batches(want)
     assert [len(b["seqs"]) for b in batches] == [3, 1, 2]
     assert [r for b in through_kafka_bytes(batches) for r in feedback_records(b)] == want
-    assert [end_markers([b]) for b in batches] == [False, True, False]
+    assert [end_markers([FeedbackColumns.of_batch(b)]) for b in batches] == [False, True, False]
 
 
 def test_a_feedback_reader_names_what_else_it_found():

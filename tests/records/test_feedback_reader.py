@@ -9,7 +9,7 @@ import struct
 import numpy as np
 import pytest
 
-from pipelines.records.feedback import FeedbackColumns, FeedbackReader, feedback_batches
+from pipelines.records.feedback import FeedbackColumns, FeedbackReader, feedback_batches, feedback_parts
 from schemas.codec import Codec, DecodeError
 
 
@@ -129,3 +129,24 @@ def test_other_records_and_schema_ids_get_the_codecs_error():
         with pytest.raises(DecodeError) as want:
             codec.decode(value, expected="FeedbackBatch")
         assert (got.value.reason, str(got.value)) == (want.value.reason, str(want.value))
+
+
+def test_columns_hold_what_the_codec_reads_and_refuse_columns_of_other_lengths():
+    codec, rng = Codec(), np.random.default_rng(11)
+    reader = FeedbackReader(codec)
+    for _ in range(200):
+        value = codec.encode("FeedbackBatch", random_batch(rng))
+        assert same(reader.columns(value)._batch(0, None), codec.decode(value, expected="FeedbackBatch"))
+    ragged = {**random_batch(rng, 3), "g_width": 2, "g": [1.0, 2.0, 3.0]}  # 3 events, 3 values of width 2
+    value = codec.encode("FeedbackBatch", ragged)
+    assert same(reader.decode(value), ragged)  # a record the codec reads...
+    with pytest.raises(DecodeError, match="3 events holds 3 g values of width 2"):
+        reader.columns(value)  # ...but no columns a shard could apply
+
+
+def test_feedback_parts_are_the_batches_as_columns():
+    rng = np.random.default_rng(5)
+    records = [random_batch(rng, 30) for _ in range(3)]
+    columns = [FeedbackColumns.of_batch(r) for r in records]
+    parts = feedback_parts(columns)
+    assert [p._batch(0, None) for p in parts] == feedback_batches(columns)

@@ -4,7 +4,7 @@ The reference the sharded pipeline is held to, on any runner."""
 
 from learners import make_learner
 from learners.sharding import ShardedLearner
-from pipelines.records.feedback import feedback_batches
+from pipelines.records.feedback import feedback_parts
 from pipelines.sharded.protocol import Combiner, Router, ShardRunner
 from pipelines.steps import Position
 
@@ -38,9 +38,9 @@ class Loop:
 
     def _deliver(self):
         columns, self.feedback_queue = self.feedback_queue, []
-        batches = feedback_batches(columns)  # as the combine step sends them
+        parts = feedback_parts(columns)  # as the shards read the combine step's messages
         for shard in self.shards:
-            self._combine(shard.feedback(batches))
+            self._combine(shard.feedback(parts))
 
 
 def merged_arrays(loop, n_coords):
