@@ -217,7 +217,7 @@ class FeedbackReader:
             return columns
         batch = self.codec.decode(value, expected="scinol.FeedbackBatch")
         n, names = len(batch["seqs"]), batch["scalar_names"]
-        if len(batch["g"]) != n * batch["g_width"] or len(batch["scalars"]) != n * len(names):
+        if batch["g_width"] < 0 or len(batch["g"]) != n * batch["g_width"] or len(batch["scalars"]) != n * len(names):
             raise DecodeError(UNDECODABLE, f"a FeedbackBatch of {n} events holds {len(batch['g'])} g values of "
                                            f"width {batch['g_width']} and {len(batch['scalars'])} scalars of "
                                            f"{len(names)} names")
@@ -247,7 +247,7 @@ class FeedbackReader:
 def _compiled(value: bytes) -> FeedbackColumns | None:
     buf = np.frombuffer(value, np.uint8)
     end, n, m, starts, ends, columns, width, g, scalars = decode_feedback_batch(buf, HEADER_SIZE, buf.shape[0])
-    if end != buf.shape[0] or g.shape[0] != n * width or scalars.shape[0] != n * m:
+    if end != buf.shape[0] or width < 0 or g.shape[0] != n * width or scalars.shape[0] != n * m:
         return None  # not taken, bytes left over, or columns of other lengths: the codec decides
     text = [value[a:b].decode() for a, b in zip(starts[:2 + n + m].tolist(), ends[:2 + n + m].tolist())]
     return FeedbackColumns(text[0], text[1], text[2:2 + n], columns[0], columns[1], columns[2], columns[3].astype(bool),

@@ -142,6 +142,11 @@ def test_columns_hold_what_the_codec_reads_and_refuse_columns_of_other_lengths()
     assert same(reader.decode(value), ragged)  # a record the codec reads...
     with pytest.raises(DecodeError, match="3 events holds 3 g values of width 2"):
         reader.columns(value)  # ...but no columns a shard could apply
+    empty = {**random_batch(rng, 0), "g_width": -5}  # no events, a negative width: no rows to shape
+    value = codec.encode("FeedbackBatch", empty)
+    assert same(reader.decode(value), empty)
+    with pytest.raises(DecodeError, match="width -5"):
+        reader.columns(value)
 
 
 def test_feedback_parts_are_the_batches_as_columns():
