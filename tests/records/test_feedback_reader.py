@@ -9,6 +9,8 @@ import struct
 import numpy as np
 import pytest
 
+import pipelines.records.feedback as fb
+
 from pipelines.records.feedback import FeedbackColumns, FeedbackReader, feedback_batches, feedback_parts
 from schemas.codec import Codec, DecodeError
 
@@ -149,9 +151,11 @@ def test_columns_hold_what_the_codec_reads_and_refuse_columns_of_other_lengths()
         reader.columns(value)
 
 
-def test_feedback_parts_are_the_batches_as_columns():
+def test_feedback_parts_are_the_batches_as_columns(monkeypatch):
     rng = np.random.default_rng(5)
     records = [random_batch(rng, 30) for _ in range(3)]
+    monkeypatch.setattr(fb, "BATCH_BYTES", 1000)  # a few events a message: runs are split
     columns = [FeedbackColumns.of_batch(r) for r in records]
     parts = feedback_parts(columns)
+    assert len(parts) > len(records)
     assert [p._batch(0, None) for p in parts] == feedback_batches(columns)
