@@ -13,7 +13,8 @@ lost.
 
 :func:`consolidate_metrics_eagerly` makes the runner fold each bundle's
 metrics into a list at once: the same metrics, merged by the same function,
-kept as one entry per metric and step instead of one per bundle.
+kept as one entry per metric and step instead of one per bundle (for a
+gauge, its latest value: Beam's merge kept every bundle's).
 """
 
 from __future__ import annotations
@@ -41,6 +42,18 @@ def consolidate_metrics_eagerly() -> bool:
 
 
 def _consolidated_list(metrics, key=None) -> list:
-    from apache_beam.metrics import monitoring_infos
+    """Beam's merge, as a list, keeping only the latest value of each gauge
+    (Beam's merge keeps them all: it has no combiner for gauges, and the
+    runner's results read only the latest)."""
+    from apache_beam.metrics import monitoring_infos as infos
 
-    return list(monitoring_infos.consolidate(metrics, key or monitoring_infos.to_key))
+    key = key or infos.to_key
+    merged, gauges = [], {}
+    for info in infos.consolidate(metrics, key):
+        if not infos.is_gauge(info):
+            merged.append(info)
+            continue
+        k = key(info)
+        if k not in gauges or infos.extract_gauge_value(info)[0] > infos.extract_gauge_value(gauges[k])[0]:
+            gauges[k] = info
+    return merged + list(gauges.values())

@@ -4,6 +4,7 @@ its bundles, so a long run keeps its memory and can read its counters."""
 import apache_beam as beam
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.metrics import Metrics, MetricsFilter
+from apache_beam.metrics.cells import GaugeData
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms.core import RestrictionProvider
 
@@ -58,10 +59,14 @@ def test_merged_metrics_are_a_list_of_one_entry_per_metric():
 
     assert consolidate_metrics_eagerly()
     merged = []
-    for _ in range(3):
+    for k in range(3):
         bundle = [monitoring_infos.int64_user_counter("t", "a", 2, ptransform="s"),
-                  monitoring_infos.int64_user_counter("t", "b", 5, ptransform="s")]
+                  monitoring_infos.int64_user_counter("t", "b", 5, ptransform="s"),
+                  monitoring_infos.int64_user_gauge("t", "g", GaugeData(10 + k, timestamp=100 + k), ptransform="s")]
         merged = fn_runner.consolidate_monitoring_infos(iter(bundle + list(merged)))
-    assert isinstance(merged, list)
-    totals = {m.labels["NAME"]: monitoring_infos.extract_counter_value(m) for m in merged}
-    assert totals == {"a": 6, "b": 15}
+    assert isinstance(merged, list) and len(merged) == 3
+    counters = {m.labels["NAME"]: monitoring_infos.extract_counter_value(m) for m in merged
+                if monitoring_infos.is_counter(m)}
+    assert counters == {"a": 6, "b": 15}
+    (gauge,) = [m for m in merged if monitoring_infos.is_gauge(m)]
+    assert monitoring_infos.extract_gauge_value(gauge) == (102, 12)  # the latest of the three
