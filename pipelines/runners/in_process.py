@@ -4,12 +4,11 @@ the same size however long the run.
 After each bundle, Beam's FnApiRunner (2.77) folds the bundle's monitoring
 infos into its stage's with a generator, ``consolidate(chain(new, previous))``,
 that nothing reads before the run ends. So an unbounded run keeps every
-bundle's metrics, one more nested generator per bundle: the resident memory
-of ``scinol run`` grew by about 4 MiB a minute at 28,000 events/s, and a
-run of more than about 1,000 bundles of one stage (a bounded backfill of a
-quarter of an hour, at one bundle a second) cannot read its metrics when it
-ends: the nested generators raise RecursionError, so the run's summary was
-lost.
+bundle's metrics, one more nested generator per bundle (about 170 a minute
+in ``scinol run`` at 27,000 events/s), and a run of more than about 1,000
+bundles of one stage (a bounded backfill of a quarter of an hour, at one
+bundle a second) cannot read its metrics when it ends: the nested
+generators raise RecursionError, so the run's summary was lost.
 
 :func:`consolidate_metrics_eagerly` makes the runner fold each bundle's
 metrics into a list at once: the same metrics, merged by the same function,
