@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import logging
 
+from apache_beam.metrics import monitoring_infos as infos
+from apache_beam.runners.portability.fn_api_runner import fn_runner
+
 log = logging.getLogger(__name__)
 
 
@@ -27,13 +30,10 @@ def consolidate_metrics_eagerly() -> bool:
     """Make the FnApiRunner of this process merge each bundle's metrics at
     once. False (and nothing changed) if the installed Beam's runner no
     longer merges them with the function this was written for."""
-    from apache_beam.metrics import monitoring_infos
-    from apache_beam.runners.portability.fn_api_runner import fn_runner
-
     current = getattr(fn_runner, "consolidate_monitoring_infos", None)
     if current is _consolidated_list:
         return True
-    if current is not monitoring_infos.consolidate:
+    if current is not infos.consolidate:
         log.info("Beam's FnApiRunner has changed how it merges metrics; left as it is")
         return False
     fn_runner.consolidate_monitoring_infos = _consolidated_list
@@ -44,8 +44,6 @@ def _consolidated_list(metrics, key=None) -> list:
     """Beam's merge, as a list, keeping only the latest value of each gauge
     (Beam's merge keeps them all: it has no combiner for gauges, and the
     runner's results read only the latest)."""
-    from apache_beam.metrics import monitoring_infos as infos
-
     key = key or infos.to_key
     merged, gauges = [], {}
     for info in infos.consolidate(metrics, key):

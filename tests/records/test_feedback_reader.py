@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import pipelines.records.feedback as fb
-
 from pipelines.records.feedback import FeedbackColumns, FeedbackReader, feedback_batches, feedback_parts
 from schemas.codec import Codec, DecodeError
 
