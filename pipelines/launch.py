@@ -225,7 +225,8 @@ def summarize(result) -> RunSummary | None:
     """The run's :class:`RunSummary`; None when the runner reports no metrics."""
     try:
         counters = result.metrics().query(beam.metrics.MetricsFilter().with_namespace(NAMESPACE))["counters"]
-    except Exception:  # noqa: BLE001 - a runner without metrics support
+    except Exception as e:  # noqa: BLE001 - a runner without metrics support, or one that fails reading them
+        log.warning("no run summary: the runner's metrics could not be read (%s: %s)", type(e).__name__, e)
         return None
     totals: dict[str, int] = {}
     for c in counters:

@@ -69,3 +69,19 @@ def test_merged_metrics_are_a_list_of_one_entry_per_metric():
     assert counters == {"a": 6, "b": 15}
     (gauge,) = [m for m in merged if monitoring_infos.is_gauge(m)]
     assert monitoring_infos.extract_gauge_value(gauge) == (102, 12)  # the latest of the three
+
+
+class _ResultWhoseMetricsFail:
+    """A pipeline result whose metrics cannot be read (what Beam's lazy merge did past
+    its recursion limit): the stand-in is the input under test, not a runner."""
+
+    def metrics(self):
+        raise RecursionError("maximum recursion depth exceeded")
+
+
+def test_a_run_whose_metrics_cannot_be_read_says_why_it_has_no_summary(caplog):
+    from pipelines.launch import summarize
+
+    with caplog.at_level("WARNING", logger="pipelines.launch"):
+        assert summarize(_ResultWhoseMetricsFail()) is None
+    assert "RecursionError: maximum recursion depth exceeded" in caplog.text
