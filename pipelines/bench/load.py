@@ -269,24 +269,35 @@ def max_rate(bootstrap: str, n: int) -> float:
 
 def endless_producer(bootstrap: str, topic: str, rate: float, started) -> None:
     """In a process of its own: ``WARM`` events, wait for their predictions,
-    set ``started``, then toy events (100,000 rows over and over, new ids)
-    at ``rate`` events/s until terminated."""
+    set ``started``, then toy events (100,000 rows over and over, new ids,
+    stamped as each batch of ``ENDLESS_BATCH`` is encoded) at ``rate``
+    events/s until terminated. Encoded a batch per compiled call: event by
+    event, this process could not offer more than about 27,000 events/s."""
     import itertools
 
     from learners.datasets import toy_examples
 
     from pipelines.kafka.consumer import read_topic
+    from pipelines.records.columnar import dense_values
     from pipelines.records.events import dense_events
-    from pipelines.records.topics import produce_events
+    from pipelines.records.topics import produce_events, produce_values
 
     X, y = toy_examples(100_000, 7)
     produce_events(bootstrap, topic, dense_events(X[:WARM], y[:WARM], "warm-"), progress=False)
     for _ in read_topic(bootstrap, topic + ".pred", limit=WARM, idle_timeout=None, timeout=300):
         pass
     started.set()
-    endless = ({**e, "id": f"m{k}-{e['id']}", "timestamp": int(time.time() * 1000)}
-               for k in itertools.count() for e in dense_events(X, y, ""))
-    produce_events(bootstrap, topic, endless, rate=rate, progress=False)
+
+    def endless(codec):
+        for k in itertools.count():
+            for a in range(0, len(y), ENDLESS_BATCH):
+                yield from dense_values(codec, X[a:a + ENDLESS_BATCH], y[a:a + ENDLESS_BATCH], f"m{k}-", first=a)
+
+    produce_values(bootstrap, topic, endless, rate=rate, progress=False)
+
+
+ENDLESS_BATCH = 5_000
+"""Rows the memory run's producer encodes at a time (and stamps alike)."""
 
 
 def rss_kib(pid: int) -> int:
@@ -385,7 +396,8 @@ def memory_table(r: dict, top: float) -> str:
 MEMORY_NOTE = ("`scinol run` unbounded, exact mode, as a process of its own on the embedded broker; its maximum "
                "rate is a bounded backfill of {n:,} toy events in the same run (first to last prediction). A "
                "producer in a third process sends {warm:,} warm-up events, waits for their predictions, then "
-               "the toy data (100,000 rows over and over, new ids) at {load:.0%} of that rate. RSS from "
+               "the toy data (100,000 rows over and over, new ids, encoded 5,000 at a time) at {load:.0%} of "
+               "that rate. RSS from "
                "/proc/PID/status every {every:g} s; the means of the first and of the last minute of the "
                "paced phase. The producer and the broker share the machine's cores with the pipeline, so the "
                "rate it kept up with is the predictions made over the minutes. Lag = the input topic's end "
