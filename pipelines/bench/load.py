@@ -279,11 +279,11 @@ def endless_producer(bootstrap: str, topic: str, rate: float, started) -> None:
 
     from pipelines.kafka.consumer import read_topic
     from pipelines.records.columnar import dense_values
-    from pipelines.records.events import dense_events
-    from pipelines.records.topics import produce_events, produce_values
+    from pipelines.records.topics import produce_values
 
     X, y = toy_examples(100_000, 7)
-    produce_events(bootstrap, topic, dense_events(X[:WARM], y[:WARM], "warm-"), progress=False)
+    # the warm-up is encoded as the paced events are: the encoder compiles before ``started``
+    produce_values(bootstrap, topic, lambda codec: dense_values(codec, X[:WARM], y[:WARM], "warm-"), progress=False)
     for _ in read_topic(bootstrap, topic + ".pred", limit=WARM, idle_timeout=None, timeout=300):
         pass
     started.set()
