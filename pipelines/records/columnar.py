@@ -42,7 +42,7 @@ from pipelines.kafka.consumer import Position
 from pipelines.records.avro_kernels import encode_file_events
 from pipelines.records.avro_kernels import encode_predictions as _encode
 from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES, screen
-from pipelines.records.events import event_rows
+from pipelines.records.events import dense_events, event_rows
 from pipelines.records.predictions import prediction_keys
 from pipelines.records.validation import MAX_FEATURES
 from schemas.catalog import current_version, load_schema
@@ -356,10 +356,8 @@ def dense_values(codec: Codec, X: np.ndarray, y: np.ndarray, id_prefix: str, *, 
     now, n, width = int(time.time() * 1000), X.shape[0], X.shape[1]
     labelled = ~np.isnan(np.asarray(y, np.float64))
     if prepare is not _prepare_event:  # a registry whose Event schema is an older version
-        return [codec.encode("scinol.Event", {"id": f"{id_prefix}{first + i}", "timestamp": now, "model": model,
-                                              "features": {"values": row}, "weight": None,
-                                              "label": float(label) if has else None}, topic)
-                for i, (row, label, has) in enumerate(zip(X.tolist(), y.tolist(), labelled.tolist()))]
+        return [codec.encode("scinol.Event", {**e, "id": f"{id_prefix}{first + i}", "timestamp": now}, topic)
+                for i, e in enumerate(dense_events(X, y, id_prefix, model))]
     buf, offsets = encode_file_events(
         np.frombuffer(header, np.uint8), np.frombuffer(id_prefix.encode(), np.uint8),
         np.arange(first, first + n, dtype=np.int64), now, np.frombuffer(model.encode(), np.uint8), width,
