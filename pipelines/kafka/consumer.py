@@ -15,6 +15,12 @@ Every consumer the project makes is configured by :func:`consumer_settings`:
   200k messages);
 * ``socket.timeout.ms=10000``: a paused or hung broker is noticed in 10 s,
   not librdkafka's 60;
+* ``queued.min.messages=20000``: how far librdkafka reads ahead of a
+  partition's consumer (ten batches of the pipeline's default 2,000); its
+  100,000 default fills a lagging consumer's memory with a backlog it
+  cannot use any sooner (measured: ``scinol run --bounded`` over 1,000,000
+  toy events, peak RSS 426-437 MiB by default, 382-389 MiB with this, in
+  the same time);
 * ``fetch.wait.max.ms=20``: a consumer that has caught up sends fetches the
   broker may hold this long even when new data arrives (tansu does), so the
   500 ms default would be the floor of the pipeline's latency.
@@ -100,6 +106,10 @@ class PartitionRange(NamedTuple):
     stop_rule: Optional[StopRule] = None
 
 
+PREFETCH_MESSAGES = 20_000
+"""Messages librdkafka keeps fetched ahead per partition (``queued.min.messages``)."""
+
+
 def consumer_settings(bootstrap: str, group_id: Optional[str] = None, config: Optional[dict] = None) -> dict:
     """librdkafka settings for every consumer (see the module docstring)."""
     conf = {
@@ -107,6 +117,7 @@ def consumer_settings(bootstrap: str, group_id: Optional[str] = None, config: Op
         "session.timeout.ms": 6000,
         "auto.offset.reset": "earliest",
         "fetch.queue.backoff.ms": 10,
+        "queued.min.messages": PREFETCH_MESSAGES,
         "socket.timeout.ms": 10000,
         "fetch.wait.max.ms": 20,
     }
