@@ -396,7 +396,7 @@ def memory_table(r: dict, top: float) -> str:
 MEMORY_NOTE = ("`scinol run` unbounded, exact mode, as a process of its own on the embedded broker; its maximum "
                "rate is a bounded backfill of {n:,} toy events in the same run (first to last prediction). A "
                "producer in a third process sends {warm:,} warm-up events, waits for their predictions, then "
-               "the toy data (100,000 rows over and over, new ids, encoded 5,000 at a time) at {load:.0%} of "
+               "the toy data (100,000 rows over and over, new ids, encoded {batch:,} at a time) at {load:.0%} of "
                "that rate. RSS from "
                "/proc/PID/status every {every:g} s; the means of the first and of the last minute of the "
                "paced phase. The producer and the broker share the machine's cores with the pipeline, so the "
@@ -460,7 +460,8 @@ def _sections(args, brokers: dict[str, str]) -> list[str]:
         say(f"memory: {top:,.0f} events/s; {args.minutes:g} min at {args.load:.0%} of it")
         mem = memory_case(bootstrap, args.load * top, args.minutes, args.sample)
         body += ["### Resident memory over a long run", "",
-                 MEMORY_NOTE.format(n=args.max_events, warm=WARM, load=args.load, every=args.sample), "",
+                 MEMORY_NOTE.format(n=args.max_events, warm=WARM, batch=ENDLESS_BATCH, load=args.load,
+                                    every=args.sample), "",
                  memory_table(mem, top), ""]
     return body
 
