@@ -19,7 +19,7 @@ Every consumer the project makes is configured by :func:`consumer_settings`:
   partition's consumer (ten batches of the pipeline's default 2,000); its
   100,000 default fills a lagging consumer's memory with a backlog it
   cannot use any sooner (measured: ``scinol run --bounded`` over 1,000,000
-  toy events, peak RSS 426-437 MiB by default, 382-389 MiB with this, in
+  toy events, peak RSS 426-437 MiB by default, 384-389 MiB with this, in
   the same time);
 * ``fetch.wait.max.ms=20``: a consumer that has caught up sends fetches the
   broker may hold this long even when new data arrives (tansu does), so the
