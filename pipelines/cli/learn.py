@@ -6,13 +6,6 @@ import sys
 
 import numpy as np
 
-from learners import OnlineLearner, make_learner
-from learners.interactions import NamespacedRows
-from learners.losses import LabelError
-
-from pipelines.records.datafiles import DataError, open_reader
-from pipelines.records.prefetch import prefetch
-
 from .errors import UsageError
 from .options import add_interaction_options, add_learner_options, interactions_of, parse_params
 
@@ -65,6 +58,8 @@ class ProgressTable:
 
 
 def _build_learner(args, reader) -> OnlineLearner:
+    from learners import OnlineLearner, make_learner
+
     interactions = interactions_of(args)
     if args.load:
         model = OnlineLearner.load(args.load)
@@ -121,6 +116,13 @@ def _write_predictions(out, scores, tags) -> None:
 
 
 def run(args) -> int:
+    # Imported here, not at the top: every scinol command builds this parser,
+    # and the learners bring numba (about half a second) with them.
+    from learners.interactions import NamespacedRows
+    from learners.losses import LabelError
+    from pipelines.records.datafiles import DataError, open_reader
+    from pipelines.records.prefetch import prefetch
+
     if args.passes < 1:
         raise UsageError(f"--passes must be at least 1, not {args.passes}")
     if args.batch_size < 1:

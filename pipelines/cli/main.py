@@ -67,6 +67,11 @@ def main(argv=None) -> int:
         args = build_parser().parse_args(argv)
         args.argv = argv
         return args.func(args)
+    except SystemExit:  # --help: before the clause below, which imports the learners and Kafka to name its errors
+        raise
+    except KeyboardInterrupt:
+        print("scinol: interrupted", file=sys.stderr)
+        return 130
     except _user_errors() as exc:
         print(f"scinol: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -76,6 +81,3 @@ def main(argv=None) -> int:
     except OSError as exc:
         print(f"scinol: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("scinol: interrupted", file=sys.stderr)
-        return 130

@@ -7,8 +7,6 @@ import sys
 
 import numpy as np
 
-from learners import OnlineLearner
-
 from .errors import UsageError
 
 
@@ -23,6 +21,7 @@ def load_model(path: str) -> OnlineLearner:
     FileSystems serve (as ``--checkpoint-dir`` may be)."""
     import os
 
+    from learners import OnlineLearner
     from pipelines.state import store
     from pipelines.state.cuts import load_cut
 

@@ -337,6 +337,17 @@ def test_python_dash_m_exit_status(bad_files, args, expected):
     assert_one_error_line(done.stderr.splitlines(), expected)
 
 
+@pytest.mark.parametrize("args", [["--help"], ["tail", "--help"], ["produce", "--help"], ["model", "--help"]])
+def test_help_does_not_load_the_learners(args):
+    """Building the parser (every command does) and leaving through --help
+    must not import numba: it costs about half a second a command."""
+    probe = ("import sys\nfrom pipelines.cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n"
+             "    pass\nprint(sorted(m for m in ('numba', 'learners', 'apache_beam') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe] + args, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
+
+
 def test_learners_lists_every_learner_with_flags(capsys):
     from learners.registry import learner_names
 
