@@ -21,8 +21,9 @@ import re
 from typing import Iterator
 
 import numpy as np
+from numba import njit
 
-from .textbase import (Batch, DataError, Reader, _indptr, _is_float, _open_text, _read_errors, _RowBuffer,
+from .textbase import (Batch, DataError, Reader, _is_float, _open_text, _read_errors, _RowBuffer,
                        block_batches)
 
 __all__ = ["DataError", "Batch", "Reader", "CsvReader", "LibsvmReader",
@@ -33,6 +34,27 @@ _LIBSVM_EXTS = (".libsvm", ".svm", ".svmlight", ".lsvm")
 _VW_EXTS = (".vw",)
 _MAX_INDEX = np.iinfo(np.int64).max
 _INT_RE = re.compile(r"\s*[+-]?\d+\s*")
+
+
+@njit(cache=True, nogil=True)
+def _dense_rows(dense, columns):
+    """CSR (indptr, indices, data) of ``dense[:, columns]``'s non-zero
+    entries, row by row, indices ascending: what np.nonzero and a gather give
+    in three passes and three temporaries (ten times slower on full rows)."""
+    n, m = dense.shape[0], columns.shape[0]
+    indptr = np.empty(n + 1, np.int64)
+    indices = np.empty(n * m, np.int64)
+    data = np.empty(n * m, np.float64)
+    indptr[0] = k = 0
+    for i in range(n):
+        for j in range(m):
+            v = dense[i, columns[j]]
+            if v != 0.0:
+                indices[k] = j
+                data[k] = v
+                k += 1
+        indptr[i + 1] = k
+    return indptr, indices[:k].copy(), data[:k].copy()
 
 
 def guess_format(path: str) -> str:
@@ -189,8 +211,7 @@ class CsvReader(Reader):
                                  np.array(lines, dtype=np.int64))
 
     def _dense_batch(self, dense: np.ndarray, lines: np.ndarray) -> Batch:
-        x = dense[:, self._feature_cols]
-        r, c = np.nonzero(x)  # row-major order: indices come out sorted within rows
+        indptr, indices, data = _dense_rows(dense, self._feature_cols)
         lines = np.asarray(lines, dtype=np.int64)
         weights = None
         if self._weight_col is not None:
@@ -200,8 +221,7 @@ class CsvReader(Reader):
                 i = int(bad[0])
                 raise DataError(self.path, int(lines[i]), 0, f"bad weight {float(weights[i])!r} in column "
                                 f"{self._col_names[self._weight_col]!r}: importance weights must be >= 0")
-        return Batch(_indptr(r, dense.shape[0]), c.astype(np.int64), x[r, c],
-                     dense[:, self._label_col].copy(), lines, weights)
+        return Batch(indptr, indices, data, dense[:, self._label_col].copy(), lines, weights)
 
     def _check_row(self, start, end, row) -> list[float]:
         for j, field in enumerate(row):

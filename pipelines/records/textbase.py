@@ -61,12 +61,6 @@ def _read_errors(path: str):
         raise DataError(path, 0, 0, f"cannot read: {reason}") from e
 
 
-def _indptr(row_ids: np.ndarray, n: int) -> np.ndarray:
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row_ids, minlength=n), out=indptr[1:])
-    return indptr
-
-
 def _is_float(text: str) -> bool:
     try:
         float(text)
