@@ -21,6 +21,11 @@ def test_count_lines_counts_line_breaks_as_python_does(seed):
     rng = random.Random(seed)
     text = "".join(rng.choice(["a", "bb", " ", ""]) + rng.choice(["\n", "\r\n", "\r"]) for _ in range(500))
     assert blocks.count_lines(np.frombuffer(text.encode(), dtype=np.uint8)) == len(text.splitlines())
+    for _ in range(200):  # any slice: a lone CR or LF at either end, no break at the end, empty
+        a, b = sorted(rng.sample(range(len(text) + 1), 2))
+        piece = text[a:b]
+        unended = piece != "" and not piece.endswith(("\n", "\r"))  # a last line without a break
+        assert blocks.count_lines(np.frombuffer(piece.encode(), dtype=np.uint8)) == len(piece.splitlines()) - unended
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
