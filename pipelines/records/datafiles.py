@@ -40,7 +40,8 @@ _INT_RE = re.compile(r"\s*[+-]?\d+\s*")
 def _dense_rows(dense, columns):
     """CSR (indptr, indices, data) of ``dense[:, columns]``'s non-zero
     entries, row by row, indices ascending: what np.nonzero and a gather give
-    in three passes and three temporaries (ten times slower on full rows)."""
+    in three passes and three temporaries (3x slower with half the values
+    zero, 17x on full rows)."""
     n, m = dense.shape[0], columns.shape[0]
     indptr = np.empty(n + 1, np.int64)
     indices = np.empty(n * m, np.int64)
