@@ -17,8 +17,8 @@ from tests.support.faultkit import TcpProxy, make_broker
 from learners import make_learner
 from pipelines.state.checkpoints import STALE_TEMP_SECONDS, CheckpointStore
 from pipelines.kafka.producer import KafkaDeliveryError, KafkaWriter
-from tests.support.trialkit import (Fault, make_stream, read_topic, reference_learners, run_broker_fault_trial,
-                                    run_trial)
+from tests.support.trialkit import (Fault, make_stream, read_topic, reference_learners, reorder_stream,
+                                    run_broker_fault_trial, run_trial, same_state)
 
 
 @pytest.fixture(scope="module")
@@ -213,3 +213,31 @@ def test_writer_raises_when_librdkafka_gives_up(count_delivered):
     writer.produce_values([b"x", b"y"])
     with pytest.raises(KafkaDeliveryError, match=r"timed out.* \(and 1 more messages failed\)"):
         writer.flush()
+
+
+def test_a_reordered_input_topic_is_learned_as_written_and_a_lossy_one_is_refused():
+    """The broker trials compare the models with references learned in the
+    order the input topic holds (a broker crash can reorder what the feeder
+    wrote); records lost or repeated in the topic leave no reference."""
+    stream = make_stream(60, seed=3)
+    values = list(stream.values[0])
+    poison_at = min(k for (p, k) in stream.poison if p == 0)
+    order = list(range(len(values)))
+    order[2], order[3] = 3, 2  # two events swapped
+    order.insert(0, order.pop(poison_at))  # a poison message moved to the front
+    written = {0: [values[k] for k in order], 1: list(stream.values[1])}
+    same, note = reorder_stream(stream, dict(stream.values))
+    assert same is stream and note is None
+    moved, note = reorder_stream(stream, written)
+    assert "partition 0 reordered from offset 0" in note and "partition 1" not in note
+    assert moved.poison[(0, 0)] == stream.poison[(0, poison_at)] and (0, poison_at) not in moved.poison
+    assert [(q, k) for (q, k) in moved.poison if q == 1] == [(q, k) for (q, k) in stream.poison if q == 1]
+    X, y = stream.data["a"]
+    X2, y2 = moved.data["a"]
+    assert np.array_equal(X2[:2], X[:2]) and np.array_equal(X2[2], X[3]) and np.array_equal(X2[3], X[2])
+    assert np.array_equal(X2[4:], X[4:]) and np.array_equal(y2[[2, 3]], y[[3, 2]], equal_nan=True)
+    assert [e["id"] for e in moved.events["a"][:4]] == [stream.events["a"][i]["id"] for i in (0, 1, 3, 2)]
+    assert not same_state(reference_learners(moved)["a"], reference_learners(stream)["a"])
+    for lossy in ([values[0]] + values, values[1:], values[:-1] + [b"\x00junk"]):
+        with pytest.raises(RuntimeError, match="does not hold the stream fed to it"):
+            reorder_stream(stream, {0: lossy, 1: list(stream.values[1])})
