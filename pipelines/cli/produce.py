@@ -25,7 +25,7 @@ def run(args) -> int:
         reader = open_reader(args.data, args.format, label=args.label, weight=args.weight_column)
         total = None
 
-        def encoded(codec):  # a batch of rows per compiled call (VW text: event by event)
+        def encoded(codec):  # a batch of rows per compiled call
             return file_values(reader, args.model, codec, args.topic)
     # A file is read and encoded in a thread while this one produces. Each
     # time the reader comes back from parsing (no GIL) it waits for this

@@ -585,6 +585,19 @@ def _digits(v):
 
 
 @njit(cache=True)
+def _write_line_id(out, pos, prefix, line):
+    """The string ``prefix`` + ``line`` in decimal (as str(int) writes it)."""
+    digits = _digits(line)
+    pos = write_long(out, pos, prefix.shape[0] + digits)
+    out[pos:pos + prefix.shape[0]] = prefix
+    pos += prefix.shape[0]
+    for d in range(digits - 1, -1, -1):
+        out[pos + d] = 48 + line % 10
+        line //= 10
+    return pos + digits
+
+
+@njit(cache=True)
 def _event_size(i, header, prefix, lines, ts, model, width, indptr, indices, labelled, weighted):
     lo, hi = indptr[i], indptr[i + 1]
     id_len = prefix.shape[0] + _digits(lines[i])
@@ -604,16 +617,7 @@ def _event_size(i, header, prefix, lines, ts, model, width, indptr, indices, lab
 def _write_event(out, pos, i, header, prefix, lines, ts, model, width, indptr, indices, values, value_bytes, y,
                  labelled, weights, weighted, row, cell):
     out[pos:pos + header.shape[0]] = header
-    pos += header.shape[0]
-    digits = _digits(lines[i])
-    pos = write_long(out, pos, prefix.shape[0] + digits)
-    out[pos:pos + prefix.shape[0]] = prefix
-    pos += prefix.shape[0]
-    v = lines[i]
-    for d in range(digits - 1, -1, -1):  # the line number in decimal, as str(int) writes it
-        out[pos + d] = 48 + v % 10
-        v //= 10
-    pos = write_long(out, pos + digits, ts)
+    pos = write_long(out, _write_line_id(out, pos + header.shape[0], prefix, lines[i]), ts)
     pos = write_string(out, pos, model, 0, model.shape[0])
     lo, hi = indptr[i], indptr[i + 1]
     if width >= 0:
@@ -670,6 +674,108 @@ def encode_file_events(header, prefix, lines, ts, model, width, indptr, indices,
     for i in range(n):
         _write_event(out, offsets[i], i, header, prefix, lines, ts, model, width, indptr, indices, values, value_bytes,
                      y, labelled, weights, weighted, row, cell)
+    return out, offsets
+
+
+@njit(cache=True)
+def _first_names(indptr, hashes, names, name_ends, values):
+    """Repeated names of a row summed into their first occurrence, in the
+    order they come (as a dict fills): (kept entries mask, values)."""
+    keep = np.ones(values.shape[0], np.bool_)
+    summed = values.copy()
+    for r in range(indptr.shape[0] - 1):
+        lo, hi = indptr[r], indptr[r + 1]
+        order = np.argsort(hashes[lo:hi], kind="mergesort") + lo  # equal hashes stay in line order
+        a = 0
+        while a < hi - lo:
+            b = a + 1
+            while b < hi - lo and hashes[order[b]] == hashes[order[a]]:
+                b += 1
+            for x in range(a + 1, b):  # a run of equal hashes: the same name, or (rarely) a collision
+                k = order[x]
+                k0, k1 = name_ends[k - 1] if k else 0, name_ends[k]
+                for y in range(a, x):
+                    j = order[y]
+                    j0, j1 = name_ends[j - 1] if j else 0, name_ends[j]
+                    if keep[j] and j1 - j0 == k1 - k0 and np.all(names[j0:j1] == names[k0:k1]):
+                        summed[j] += summed[k]
+                        keep[k] = False
+                        break
+            a = b
+    return keep, summed
+
+
+@njit(cache=True)
+def _named_id(r, prefix, lines, block, tag_spans, out, pos):
+    """Row r's id (its tag, else ``prefix`` + line number) written at pos,
+    or its size when ``out`` is empty."""
+    if tag_spans[r, 0] >= 0:
+        s, e = tag_spans[r, 0], tag_spans[r, 1]
+        if out.shape[0] == 0:
+            return long_size(e - s) + e - s
+        return write_string(out, pos, block, s, e)
+    if out.shape[0] == 0:
+        digits = _digits(lines[r])
+        return long_size(prefix.shape[0] + digits) + prefix.shape[0] + digits
+    return _write_line_id(out, pos, prefix, lines[r])
+
+
+@njit(cache=True, nogil=True)
+def encode_named_events(header, prefix, lines, ts, model, block, tag_spans, indptr, hashes, names, name_ends,
+                        values, y, labelled, weights, weighted, skip):
+    """Framed ``scinol.Event`` (version 2 layout) records with NamedFeatures
+    of a batch of parsed VW rows (:func:`pipelines.records.vw_parse.parse_vw`
+    keeping names): entry k of row r (indptr) is the name
+    names[name_ends[k - 1]:name_ends[k]] with ``values[k]``, ``hashes[k]``
+    its hash; a repeated name is one map entry, its values summed. Id: the
+    tag block[tag_spans[r, 0]:tag_spans[r, 1]], or ``prefix`` + line number
+    without one. Rows where ``skip`` get no bytes (the caller encodes them).
+    (buffer, offsets) as :func:`encode_file_events`."""
+    n = lines.shape[0]
+    keep, summed = _first_names(indptr, hashes, names, name_ends, values)
+    none = np.empty(0, np.uint8)
+    offsets = np.zeros(n + 1, np.int64)
+    for r in range(n):
+        size = 0
+        if not skip[r]:
+            lo, hi = indptr[r], indptr[r + 1]
+            size = header.shape[0] + _named_id(r, prefix, lines, block, tag_spans, none, 0) + long_size(ts)
+            size += long_size(model.shape[0]) + model.shape[0] + 1 + 1
+            count = 0
+            for k in range(lo, hi):
+                if keep[k]:
+                    length = name_ends[k] - (name_ends[k - 1] if k else 0)
+                    size += long_size(length) + length + 8
+                    count += 1
+            if count:
+                size += long_size(count)
+            size += 1 + 8 * labelled[r] + 1 + 8 * weighted[r]
+        offsets[r + 1] = offsets[r] + size
+    out = np.empty(offsets[n], np.uint8)
+    cell = np.empty(1, np.float64)
+    for r in range(n):
+        if skip[r]:
+            continue
+        pos = offsets[r]
+        out[pos:pos + header.shape[0]] = header
+        pos = _named_id(r, prefix, lines, block, tag_spans, out, pos + header.shape[0])
+        pos = write_long(out, pos, ts)
+        pos = write_string(out, pos, model, 0, model.shape[0])
+        out[pos] = 4  # union branch 2, NamedFeatures
+        pos += 1
+        lo, hi = indptr[r], indptr[r + 1]
+        count = 0
+        for k in range(lo, hi):
+            count += keep[k]
+        if count:
+            pos = write_long(out, pos, count)
+            for k in range(lo, hi):
+                if keep[k]:
+                    pos = write_string(out, pos, names, name_ends[k - 1] if k else 0, name_ends[k])
+                    pos = write_double(out, pos, summed[k], cell)
+        out[pos] = 0
+        pos = _union_double(out, pos + 1, labelled[r], y[r], cell)
+        _union_double(out, pos, weighted[r], weights[r], cell)
     return out, offsets
 
 

@@ -39,7 +39,7 @@ from learners.losses import BINARY_LOSSES, loss_code
 from pipelines.records.avro_kernels import (FALLBACK, LABELS_BINARY, LABELS_FINITE, LABELS_SOFTMAX, LAYOUT_V1,
                                             LAYOUT_V2, decode_events, gather_rows)
 from pipelines.kafka.consumer import Position
-from pipelines.records.avro_kernels import encode_file_events
+from pipelines.records.avro_kernels import encode_file_events, encode_named_events
 from pipelines.records.avro_kernels import encode_predictions as _encode
 from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES, screen
 from pipelines.records.events import dense_events, event_rows
@@ -313,19 +313,23 @@ def file_values(reader, model: str, codec: Codec, topic: str | None) -> Iterator
     """The framed ``scinol.Event`` values of
     :func:`pipelines.records.events.file_events` (same ids, timestamps,
     labels and weights, byte for byte what ``codec.encode`` writes). CSV and
-    libsvm rows are parsed and encoded a batch per compiled call, in a
-    thread ahead of the caller (both release the GIL: the caller produces on
-    one core while the next batches are read on another); VW text, and a
-    registry whose Event schema is an older version, go record by record."""
+    libsvm rows and VW text are parsed and encoded a batch per compiled
+    call, in a thread ahead of the caller (both release the GIL: the caller
+    produces on one core while the next batches are read on another); a
+    registry whose Event schema is an older version goes record by record."""
     from pipelines.records.events import file_events
     from pipelines.records.prefetch import prefetch
     from pipelines.records.vw_text import VwReader
 
     header, _, prepare = codec._writer("scinol.Event", topic)
-    if isinstance(reader, VwReader) or prepare is not _prepare_event:
+    if prepare is not _prepare_event:
         yield from (codec.encode("scinol.Event", e, topic) for e in file_events(reader, model))
         return
-    for values in prefetch(_file_batches(reader, model, header)):
+    if isinstance(reader, VwReader):
+        batches = _vw_batches(reader, model, header, codec, topic)
+    else:
+        batches = _file_batches(reader, model, header)
+    for values in prefetch(batches):
         yield from values
 
 
@@ -344,6 +348,29 @@ def _file_batches(reader, model: str, header: bytes) -> Iterator[list[bytes]]:
                                           w, (w != 0) & (w != 1))
         data, ends = buf.tobytes(), offsets.tolist()
         yield [data[a:b] for a, b in zip(ends, ends[1:])]
+
+
+def _vw_batches(reader, model: str, header: bytes, codec: Codec, topic: str | None) -> Iterator[list[bytes]]:
+    """Per batch of a VW file, its framed Event values (:func:`file_values`);
+    the few lines parsed in Python are encoded by ``codec``."""
+    from pipelines.records.events import vw_event
+
+    header, name = np.frombuffer(header, np.uint8), np.frombuffer(model.encode(), np.uint8)
+    file_name = os.path.basename(reader.path)
+    prefix = np.frombuffer(f"{file_name}:".encode(), np.uint8)
+    for batch in reader.named_batches():
+        now, w = int(time.time() * 1000), batch.weights
+        skip = np.zeros(w.shape[0], np.bool_)
+        skip[list(batch.python_rows)] = True
+        buf, offsets = encode_named_events(header, prefix, batch.lines, now, name, batch.block, batch.tag_spans,
+                                           batch.indptr, batch.hashes, batch.names, batch.name_ends, batch.values,
+                                           batch.y, ~np.isnan(batch.y) & (w != 0), w, (w != 0) & (w != 1), skip)
+        data, ends = buf.tobytes(), offsets.tolist()
+        values = [data[a:b] for a, b in zip(ends, ends[1:])]
+        for r, row in batch.python_rows.items():
+            event_id = row.tag if row.tag is not None else f"{file_name}:{int(batch.lines[r])}"
+            values[r] = codec.encode("scinol.Event", vw_event(row, event_id, model, now), topic)
+        yield values
 
 
 def dense_values(codec: Codec, X: np.ndarray, y: np.ndarray, id_prefix: str, *, first: int = 0,

@@ -140,15 +140,20 @@ def vw_events(path: str, model: str = "default", passes: int = 1) -> Iterator[di
     for p in range(passes):
         suffix = f"#{p}" if passes > 1 else ""
         for lineno, row in vw_rows(path):
-            values: dict[str, float] = {}
-            for feature, value in row.features:
-                values[feature] = values[feature] + value if feature in values else value
-            label, weight = row.label, row.weight
-            if weight == 0:
-                label, weight = None, None
             event_id = f"{row.tag}{suffix}" if row.tag is not None else f"{name}:{lineno}{suffix}"
-            yield {"id": event_id, "timestamp": int(time.time() * 1000), "model": model,
-                   "features": {"values": values}, "label": label, "weight": None if weight == 1 else weight}
+            yield vw_event(row, event_id, model, int(time.time() * 1000))
+
+
+def vw_event(row, event_id: str, model: str, timestamp: int) -> dict:
+    """The event of one parsed VW row (:func:`vw_events`)."""
+    values: dict[str, float] = {}
+    for feature, value in row.features:
+        values[feature] = values[feature] + value if feature in values else value
+    label, weight = row.label, row.weight
+    if weight == 0:
+        label, weight = None, None
+    return {"id": event_id, "timestamp": timestamp, "model": model, "features": {"values": values},
+            "label": label, "weight": None if weight == 1 else weight}
 
 
 def generated_events(name: str, n: int, seed: int, model: str = "default") -> Iterator[dict]:

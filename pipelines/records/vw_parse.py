@@ -112,11 +112,15 @@ def _label_section(buf, i, n, starts, ends, pow5_hi, pow5_lo):
 
 
 @njit(cache=True)
-def _vw_line(buf, pos, words_start, words_end, indices, values, spaces, nnz, scratch, mask, seed,
+def _vw_line(buf, pos, words_start, words_end, indices, values, spaces, nnz, scratch, name_ends, mask, seed,
              pow5_hi, pow5_lo):
     """(kind, next line's position, nnz after the row, label, weight, tag
-    start, tag end) for the line at pos; kind _ROW, _BLANK, PYTHON or VALUES_FULL."""
+    start, tag end) for the line at pos; kind _ROW, _BLANK, PYTHON or
+    VALUES_FULL. Each name is built in ``scratch`` to be hashed: at 0, or,
+    when ``name_ends`` is not empty (names kept), after the previous entry's
+    name, its end in ``name_ends`` and its value unsigned."""
     n, cap = buf.shape[0], indices.shape[0]
+    keep = name_ends.shape[0] > 0
     i = pos
     while i < n and _blank(buf[i]):
         i += 1
@@ -129,7 +133,7 @@ def _vw_line(buf, pos, words_start, words_end, indices, values, spaces, nnz, scr
         return PYTHON, pos, nnz, 0.0, 0.0, -1, -1
     while i < n and buf[i] == _BAR:
         i += 1
-        prefix, letter, scale = 0, _DEFAULT_NAMESPACE, 1.0
+        ns_start, ns_end, letter, scale = 0, -1, _DEFAULT_NAMESPACE, 1.0
         if i < n and not _stops(buf[i]):  # a namespace name[:scale]
             start, colon = i, -1
             while i < n and not _stops(buf[i]):
@@ -147,10 +151,10 @@ def _vw_line(buf, pos, words_start, words_end, indices, values, spaces, nnz, scr
             if name_end > start:
                 if buf[start] == _CARET:
                     return PYTHON, pos, nnz, 0.0, 0.0, -1, -1
-                prefix = _copy(buf, start, name_end, scratch, 0)
-                scratch[prefix] = _CARET
-                prefix += 1
-                letter = buf[start]
+                ns_start, ns_end, letter = start, name_end, buf[start]
+                if not keep:  # once for all its features, at the start of scratch
+                    _copy(buf, start, name_end, scratch, 0)
+                    scratch[name_end - start] = _CARET
         while True:
             while i < n and _blank(buf[i]):
                 i += 1
@@ -187,17 +191,30 @@ def _vw_line(buf, pos, words_start, words_end, indices, values, spaces, nnz, scr
                 continue
             if nnz == cap:
                 return VALUES_FULL, pos, nnz, 0.0, 0.0, -1, -1
-            length = prefix
-            if prefix == 0 and (caret or text_value):
-                scratch[0] = _CARET
-                length = 1
+            at = name_ends[nnz - 1] if keep and nnz > 0 else 0
+            if keep and at + (ns_end - ns_start) + (i - start) + 3 > scratch.shape[0]:
+                return VALUES_FULL, pos, nnz, 0.0, 0.0, -1, -1
+            length = at
+            if ns_end >= 0 and not keep:
+                length = ns_end - ns_start + 1
+            elif ns_end >= 0:
+                length = _copy(buf, ns_start, ns_end, scratch, length)
+                scratch[length] = _CARET
+                length += 1
+            elif caret or text_value:
+                scratch[length] = _CARET
+                length += 1
             length = _copy(buf, start, name_end, scratch, length)
             if text_value:
                 scratch[length] = _CARET
                 length = _copy(buf, colon + 1, i, scratch, length + 1)
-            h = murmur3_bytes(scratch, 0, length, seed)
+            h = murmur3_bytes(scratch, at, length, seed)
             indices[nnz] = np.int64(h) & mask
-            values[nnz] = -value if h >> np.uint64(31) else value
+            if keep:
+                values[nnz] = value
+                name_ends[nnz] = length
+            else:
+                values[nnz] = -value if h >> np.uint64(31) else value
             spaces[nnz] = letter
             nnz += 1
     if i < n and buf[i] == 13 and i + 1 < n and buf[i + 1] == 10:
@@ -207,11 +224,15 @@ def _vw_line(buf, pos, words_start, words_end, indices, values, spaces, nnz, scr
 
 @njit(cache=True, nogil=True)
 def parse_vw(buf, pos, line, labels, weights, lines, tags, indptr, indices, values, spaces, n_rows,
-             scratch, mask, seed, pow5_hi, pow5_lo):
+             scratch, name_ends, mask, seed, pow5_hi, pow5_lo):
     """Parse lines of buf from pos into rows n_rows, n_rows + 1, ... (as
     :func:`pipelines.records.libsvm_parse.parse_libsvm`); ``tags[r]`` is the
     (start, end) of row r's tag in buf, (-1, -1) without one. ``scratch``
-    must hold twice the longest line."""
+    must hold twice the longest line. To keep the names (``scinol
+    produce``), give ``name_ends`` as long as ``indices``: entry k's name is
+    then scratch[name_ends[k - 1]:name_ends[k]] (from 0 for the first
+    entry), its value unsigned, its index the hash & ``mask``; VALUES_FULL
+    also when ``scratch`` is full. Else give an empty ``name_ends``."""
     n, rows_cap = buf.shape[0], labels.shape[0]
     words_start = np.empty(4, dtype=np.int64)
     words_end = np.empty(4, dtype=np.int64)
@@ -220,7 +241,8 @@ def parse_vw(buf, pos, line, labels, weights, lines, tags, indptr, indices, valu
             return ROWS_FULL, pos, line, n_rows
         lo = indptr[n_rows]
         kind, next_pos, hi, label, weight, tag_start, tag_end = _vw_line(
-            buf, pos, words_start, words_end, indices, values, spaces, lo, scratch, mask, seed, pow5_hi, pow5_lo)
+            buf, pos, words_start, words_end, indices, values, spaces, lo, scratch, name_ends, mask, seed,
+            pow5_hi, pow5_lo)
         if kind == PYTHON or kind == VALUES_FULL:
             return kind, pos, line, n_rows
         if kind == _ROW:

@@ -45,6 +45,7 @@ from learners.interactions import namespace_of
 from .textbase import Batch, DataError, Reader, _is_float, _open_text, _read_errors, _RowBuffer, block_batches
 
 _WORD = re.compile(r"[^ \t]+")
+_NO_NAMES = np.empty(0, dtype=np.int64)  # parse_vw: hash the names, keep none
 
 
 class VwRow(NamedTuple):
@@ -206,6 +207,62 @@ class _VwRowBuffer(_RowBuffer):
         return batch._replace(weights=weights, namespaces=self.spaces[:nnz].copy(), tags=tags)
 
 
+class VwNamedBatch(NamedTuple):
+    """Rows of a VW file with their feature names (``scinol produce``):
+    entry k of row r (``indptr``) is the name
+    ``names[name_ends[k - 1]:name_ends[k]]`` (from 0 for k = 0) with value
+    ``values[k]`` (scaled, unsigned) and 32-bit MurmurHash3 ``hashes[k]``; a
+    name may repeat in a row. Row r's tag is ``block[tag_spans[r, 0]:
+    tag_spans[r, 1]]`` (-1: none). ``python_rows`` holds the rows the
+    compiled parser handed to Python, by row number; they have no entries."""
+
+    indptr: np.ndarray
+    hashes: np.ndarray
+    names: np.ndarray
+    name_ends: np.ndarray
+    values: np.ndarray
+    y: np.ndarray
+    weights: np.ndarray
+    lines: np.ndarray
+    tag_spans: np.ndarray
+    block: np.ndarray
+    python_rows: dict
+
+
+class _VwNamedRowBuffer(_VwRowBuffer):
+    """The row buffer keeping each entry's name, of one block at a time."""
+
+    def __init__(self, capacity: int, values: int = 1 << 16):
+        super().__init__(capacity, values)
+        self.names = np.empty(16 * values, dtype=np.uint8)  # grown on VALUES_FULL, with the entries
+        self.name_ends = np.empty(values, dtype=np.int64)
+        self.python_rows: dict = {}
+        self.block = None
+
+    def grow(self, at_least: int = 0) -> None:
+        super().grow(at_least)
+        self.name_ends = np.resize(self.name_ends, self.indices.shape[0])
+        self.names = np.resize(self.names, 2 * self.names.shape[0])
+
+    def append_row(self, line: int, row: VwRow, hasher=None) -> None:
+        """A row parsed in Python: kept whole, without entries."""
+        self.python_rows[self.n] = row
+        self.y[self.n], self.lines[self.n], self.weights[self.n] = math.nan, line, row.weight
+        self.tag_spans[self.n] = -1
+        self.n += 1
+        self.indptr[self.n] = self.indptr[self.n - 1]
+
+    def take(self) -> VwNamedBatch:
+        n, nnz = self.n, self.indptr[self.n]
+        ends = self.name_ends[:nnz].copy()
+        batch = VwNamedBatch(self.indptr[:n + 1].copy(), self.indices[:nnz].copy(),
+                             self.names[:ends[-1] if nnz else 0].copy(), ends, self.data[:nnz].copy(),
+                             self.y[:n].copy(), self.weights[:n].copy(), self.lines[:n].copy(),
+                             self.tag_spans[:n].copy(), self.block, self.python_rows)
+        self.n, self.python_rows = 0, {}
+        return batch
+
+
 class VwReader(Reader):
     """VW text files (.vw, .gz fine), parsed by the compiled block parser
     (:mod:`pipelines.records.vw_parse`). Batches carry raw namespaced entries
@@ -222,28 +279,40 @@ class VwReader(Reader):
     def batches(self, batch_size: int = 4096) -> Iterator[Batch]:
         from learners.hashing import FeatureHasher
 
+        hasher = FeatureHasher(self.hash_bits, self.hash_seed)
+        return self._batches(lambda: _VwRowBuffer(batch_size), batch_size, hasher)
+
+    def named_batches(self, batch_size: int = 4096) -> Iterator[VwNamedBatch]:
+        """The rows with their names, for encoding as NamedFeatures events."""
+        return self._batches(lambda: _VwNamedRowBuffer(batch_size), batch_size, None)
+
+    def _batches(self, row_buffer, batch_size: int, hasher) -> Iterator:
         from .blocks import parse_blocks
 
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        hasher = FeatureHasher(self.hash_bits, self.hash_seed)
         with _read_errors(self.path):
-            yield from parse_blocks(self.path, lambda block, line: self._block_batches(block, line, batch_size, hasher))
+            yield from parse_blocks(self.path, lambda block, line: self._block_batches(
+                block, line, batch_size, row_buffer(), hasher))
 
-    def _block_batches(self, block, line: int, batch_size: int, hasher) -> Iterator[Batch]:
+    def _block_batches(self, block, line: int, batch_size: int, rows, hasher) -> Iterator:
         from .numbers import POW5_HI, POW5_LO
         from .vw_parse import parse_vw
 
-        mask = (1 << self.hash_bits) - 1
-        rows = _VwRowBuffer(batch_size)
-        scratch = np.empty(2 * block.shape[0] + 16, dtype=np.uint8)
+        named = isinstance(rows, _VwNamedRowBuffer)
+        mask = (1 << (32 if named else self.hash_bits)) - 1  # kept names: the whole hash, to find repeats
+        scratch = None if named else np.empty(2 * block.shape[0] + 16, dtype=np.uint8)
+        if named:
+            rows.block = block
 
         def parse(block, pos, line):
             first = rows.n
             status, pos, line, rows.n = parse_vw(
                 block, pos, line, rows.y, rows.weights, rows.lines, rows.tag_spans, rows.indptr,
-                rows.indices, rows.data, rows.spaces, rows.n, scratch, mask, self.hash_seed, POW5_HI, POW5_LO)
-            rows.note_tags(block, first)
+                rows.indices, rows.data, rows.spaces, rows.n, rows.names if named else scratch,
+                rows.name_ends if named else _NO_NAMES, mask, self.hash_seed, POW5_HI, POW5_LO)
+            if not named:
+                rows.note_tags(block, first)
             return status, pos, line
 
         def python_row(line, text):

@@ -52,3 +52,60 @@ def test_many_batches_keep_order_and_line_ids(tmp_path):
     codec = Codec()
     ids = [codec.decode(v)["id"] for v in file_values(open_reader(path, None), "default", codec, None)]
     assert ids == [f"many.libsvm:{line}" for line in range(1, 30_001)]
+
+
+def _random_vw_line(rng, i: int) -> str:
+    """A VW line with what the format allows: labels, importance weights (0,
+    1 and others), both tag forms, namespaces with scales, repeated names,
+    text values, zero values, names with '^', and now and then a non-ASCII
+    name (a line the compiled parser hands to Python)."""
+    head = rng.choice(["", "1 ", "-1 2.5 ", "0.5 0 ", "1 1 ", f"1 'tag{i} ", f"-1 tag{i}", "3 0.25 "])
+    parts = [head]
+    for _ in range(rng.integers(1, 4)):  # at least one '|': "-1 tag7" alone would be two numbers
+        space = rng.choice(["|", "|a", "|abc:0.5", "|b:-2", "| ", "|é"] if rng.random() < 0.05 else
+                           ["|", "|a", "|abc:0.5", "|b:-2", "| "])
+        words = []
+        for _ in range(rng.integers(0, 6)):
+            name = rng.choice(["x", "y", "z", "a^b", "13", "long_feature_name"])
+            value = rng.choice(["", ":2", ":-1.5", ":0", ":txt", ":1e-300", ":-0.0", ":7e2"])
+            words.append(name + value)
+        parts.append(space + " " + " ".join(words) + " ")
+    return "".join(parts).rstrip() if rng.random() < 0.9 else ""
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_vw_values_are_the_codecs_frames_byte_for_byte(tmp_path, monkeypatch, seed):
+    """VW text, encoded by the compiled kernel (names kept by the parser,
+    repeats summed in the order they come), against vw_events + the codec,
+    with the clock stopped so that the timestamps agree: identical bytes.
+    One line has 70,000 features with long names, past the parser's first
+    entry and name buffers."""
+    import time
+
+    monkeypatch.setattr(time, "time", lambda: 1_700_000_000.123)
+    rng = np.random.default_rng(seed)
+    lines = [_random_vw_line(rng, i) for i in range(3000)]
+    lines[1234] = "1 |wide " + " ".join(f"feature_with_a_long_name_{k % 50_000}:{k}" for k in range(70_000))
+    path = os.path.join(tmp_path, "rows.vw")
+    with open(path, "w", newline="") as f:
+        f.write("".join(line + ("\r\n" if k % 7 == 0 else "\n") for k, line in enumerate(lines)))
+    codec = Codec()
+    fast = list(file_values(open_reader(path, None), "mödel", codec, None))
+    slow = [codec.encode("scinol.Event", e) for e in file_events(open_reader(path, None), "mödel")]
+    assert len(fast) == len(slow) == sum(1 for line in lines if line.strip())
+    assert fast == slow
+    assert any(len(codec.decode(v)["features"]["values"]) == 50_000 for v in fast)
+
+
+def test_repeated_names_are_found_behind_equal_hashes():
+    """Names whose hashes collide stay apart; a repeated name is summed
+    into its first occurrence, in the order the values come."""
+    from pipelines.records.avro_kernels import _first_names
+
+    names = np.frombuffer(b"aabaab", np.uint8)  # "a", "ab", "a" | "ab": two rows
+    name_ends = np.array([1, 3, 4, 6])
+    indptr = np.array([0, 3, 4])
+    values = np.array([0.1, 5.0, 0.2, 1.0])
+    keep, summed = _first_names(indptr, np.zeros(4, np.int64), names, name_ends, values)
+    assert keep.tolist() == [True, True, False, True]
+    assert summed[0] == 0.1 + 0.2 and summed[1] == 5.0 and summed[3] == 1.0
