@@ -9,7 +9,7 @@ baseline measured in the same run:
 - ``--produce``: ``scinol produce FILE`` (the command, a new process, as a
   user runs it) vs a raw confluent-kafka loop producing the same encoded
   bytes (encoded beforehand, untimed) to the same broker: events/s and the
-  ratio; the toy data as CSV (21 dense features) and a sparse set as libsvm
+  ratio; the toy data as CSV (21 dense features) and as VW text, a sparse set as libsvm
   (50 non-zeros of 2^20). With ``--kafka`` also on Apache Kafka.
 - ``--latency``: an unbounded exact-mode run fed by a producer paced at
   ``--rate`` events/s for ``--seconds``; latency = the prediction's
@@ -42,7 +42,7 @@ from pipelines.bench.throughput import say, scinol_command, write_learn_files
 
 def data_files(folder: str, rows: int) -> dict[str, tuple[str, list[str]]]:
     """label -> (path, extra ``scinol produce`` arguments): the toy data as
-    CSV and the sparse set as libsvm, ``rows`` rows each."""
+    CSV and as VW text, the sparse set as libsvm, ``rows`` rows each."""
     from learners.datasets import toy_examples
 
     from pipelines.bench.kernel_speed import sparse_examples
@@ -50,6 +50,7 @@ def data_files(folder: str, rows: int) -> dict[str, tuple[str, list[str]]]:
     dense = write_learn_files(folder, "dense", *toy_examples(rows, 0))
     sparse = write_learn_files(folder, "sparse", *sparse_examples(rows))
     return {"toy CSV (21 dense)": (dense["csv"], ["--label", "y"]),
+            "toy VW text (21 named)": (dense["vw"], []),
             "sparse libsvm (50 of 2^20)": (sparse["libsvm"], [])}
 
 

@@ -29,6 +29,7 @@ def test_all_three_parts_print_their_tables_with_positive_rates(capsys, tmp_path
     out = capsys.readouterr().out
     produce = _rows(out, "broker")
     assert [(r[0], r[1]) for r in produce] == [("tansu (embedded)", "toy CSV (21 dense)"),
+                                               ("tansu (embedded)", "toy VW text (21 named)"),
                                                ("tansu (embedded)", "sparse libsvm (50 of 2^20)")]
     assert all(_number(r[k]) > 0 for r in produce for k in (3, 4, 5))  # rates and the ratio
     assert all(r[8] == "—" or _number(r[8]) > 0 for r in produce)  # "—": within the start-up's noise
