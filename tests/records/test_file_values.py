@@ -73,16 +73,21 @@ def _random_vw_line(rng, i: int) -> str:
     return "".join(parts).rstrip() if rng.random() < 0.9 else ""
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_vw_values_are_the_codecs_frames_byte_for_byte(tmp_path, monkeypatch, seed):
+@pytest.mark.parametrize("seed, block_bytes", [(0, None), (1, None), (2, 4096)])
+def test_vw_values_are_the_codecs_frames_byte_for_byte(tmp_path, monkeypatch, seed, block_bytes):
     """VW text, encoded by the compiled kernel (names kept by the parser,
     repeats summed in the order they come), against vw_events + the codec,
     with the clock stopped so that the timestamps agree: identical bytes.
     One line has 70,000 features with long names, past the parser's first
-    entry and name buffers."""
+    entry and name buffers; one file is read in 4 KiB blocks (blocks parsed
+    on threads, each tag read from its own block)."""
     import time
 
+    from pipelines.records import blocks
+
     monkeypatch.setattr(time, "time", lambda: 1_700_000_000.123)
+    if block_bytes:
+        monkeypatch.setattr(blocks, "BLOCK_BYTES", block_bytes)
     rng = np.random.default_rng(seed)
     lines = [_random_vw_line(rng, i) for i in range(3000)]
     lines[1234] = "1 |wide " + " ".join(f"feature_with_a_long_name_{k % 50_000}:{k}" for k in range(70_000))
