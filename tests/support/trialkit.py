@@ -364,9 +364,14 @@ def _produce_paced(bootstrap: str, topic: str, stream: Stream, start: int, secon
     """Produce each partition's values from ``start`` on, spread over ``seconds``."""
     # (quiet: this client's own reconnect messages during the fault are not the pipeline's)
     # idempotent, as the pipeline's own producer: without it a retry during
-    # the fault can reorder or repeat the input, and the learned order with it
+    # the fault can reorder or repeat the input, and the learned order with it.
+    # One request in flight: with more, a request failed at the crash makes
+    # the broker refuse the next ones as out of sequence, and librdkafka then
+    # bumps the epoch and sends them again, which once reordered a partition
+    # (librdkafka issue #4953 shows the same path repeating records).
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "message.max.bytes": 2_000_000,
-                         "enable.idempotence": True, "log_level": 0})
+                         "enable.idempotence": True, "max.in.flight.requests.per.connection": 1,
+                         "log_level": 0})
     rows = [(p, v) for i in range(start, max(map(len, stream.values.values())))
             for p, values in stream.values.items() if i < len(values) for v in [values[i]]]
     errors, t0 = [], time.monotonic()
