@@ -735,20 +735,19 @@ def encode_named_events(header, prefix, lines, ts, model, block, tag_spans, indp
     keep, summed = _first_names(indptr, hashes, names, name_ends, values)
     none = np.empty(0, np.uint8)
     offsets = np.zeros(n + 1, np.int64)
+    counts = np.zeros(n, np.int64)  # map entries of each row
     for r in range(n):
         size = 0
         if not skip[r]:
-            lo, hi = indptr[r], indptr[r + 1]
             size = header.shape[0] + _named_id(r, prefix, lines, block, tag_spans, none, 0) + long_size(ts)
             size += long_size(model.shape[0]) + model.shape[0] + 1 + 1
-            count = 0
-            for k in range(lo, hi):
+            for k in range(indptr[r], indptr[r + 1]):
                 if keep[k]:
                     length = name_ends[k] - (name_ends[k - 1] if k else 0)
                     size += long_size(length) + length + 8
-                    count += 1
-            if count:
-                size += long_size(count)
+                    counts[r] += 1
+            if counts[r]:
+                size += long_size(counts[r])
             size += 1 + 8 * labelled[r] + 1 + 8 * weighted[r]
         offsets[r + 1] = offsets[r] + size
     out = np.empty(offsets[n], np.uint8)
@@ -763,13 +762,9 @@ def encode_named_events(header, prefix, lines, ts, model, block, tag_spans, indp
         pos = write_string(out, pos, model, 0, model.shape[0])
         out[pos] = 4  # union branch 2, NamedFeatures
         pos += 1
-        lo, hi = indptr[r], indptr[r + 1]
-        count = 0
-        for k in range(lo, hi):
-            count += keep[k]
-        if count:
-            pos = write_long(out, pos, count)
-            for k in range(lo, hi):
+        if counts[r]:
+            pos = write_long(out, pos, counts[r])
+            for k in range(indptr[r], indptr[r + 1]):
                 if keep[k]:
                     pos = write_string(out, pos, names, name_ends[k - 1] if k else 0, name_ends[k])
                     pos = write_double(out, pos, summed[k], cell)
