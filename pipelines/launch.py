@@ -17,7 +17,7 @@ from pipelines.config import RunConfig
 from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.kafka.transactions import TransactionalOutput
 from pipelines.runners import flink_rest
-from pipelines.runners.harness import end_bundles_promptly
+from pipelines.runners.harness import collect_garbage_rarely, end_bundles_promptly
 from pipelines.runners.in_process import consolidate_metrics_eagerly
 from pipelines.runners.options import sharded_flink_args
 from pipelines.state.resume import ResumePoint, check_resume, resume_exact, resume_sharded, source_of, supersede
@@ -156,6 +156,7 @@ def start(cfg: RunConfig):
     build(p, cfg, point)
     end_bundles_promptly()  # for harnesses in this process: the in-process runner's, LOOPBACK's
     consolidate_metrics_eagerly()  # the in-process runner's, which may run for hours
+    collect_garbage_rarely()
     result = p.run()
     return result if master is None else SessionJob(result, master, options.view_as(GoogleCloudOptions).job_name)
 

@@ -17,17 +17,27 @@ waking every 10 ms per running bundle, taking a lock without the GIL.
 LOOPBACK harnesses); :func:`main` is the harness a worker pool started by
 :class:`~pipelines.runners.flink_cluster.FlinkSessionCluster` runs (its
 ``--container_executable``), so Flink's workers get it too.
+
+:func:`collect_garbage_rarely` is the other setting both apply: Python's
+cyclic garbage collector, left at its defaults, spent 1.0-1.2 s of a 5 s
+bounded run over 400,000 events in full collections alone (each walks the
+quarter of a million objects Beam, numba and NumPy leave after start-up, and
+every consumed Kafka message is a tracked object that counts towards the
+next one).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import inspect
 import logging
 
 log = logging.getLogger(__name__)
 
 SAMPLING_PERIOD_MS = 10
+GC_YOUNG_THRESHOLD = 20_000
+"""Tracked objects allocated between young collections (Python's default: 700)."""
 
 
 def end_bundles_promptly(period_ms: int = SAMPLING_PERIOD_MS) -> bool:
@@ -45,6 +55,22 @@ def end_bundles_promptly(period_ms: int = SAMPLING_PERIOD_MS) -> bool:
     return True
 
 
+def collect_garbage_rarely(young: int = GC_YOUNG_THRESHOLD) -> None:
+    """Let ``young`` tracked objects be allocated between young collections,
+    so a batch of 2,000 messages no longer sets off several; and, the first
+    time in a process, collect once and freeze what is alive (the modules,
+    Beam's and numba's machinery: never walked by a collection again, which
+    also keeps a full collection from pausing a live stream for 0.1 s).
+    Cycles made afterwards are collected as before, only less often.
+    Measured on one bounded run of 400,000 events: 1.2 s of collections
+    before, 0.15 s after."""
+    if gc.get_freeze_count() == 0:
+        gc.collect()
+        gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(young, middle, old)
+
+
 def main(argv=None) -> None:
     """A worker pool's harness (Beam's container contract: it is called with
     ``--id`` and ``--control_endpoint`` among others). Runs the SDK harness
@@ -57,6 +83,7 @@ def main(argv=None) -> None:
     end_bundles_promptly()
     from apache_beam.runners.worker.sdk_worker import SdkHarness
 
+    collect_garbage_rarely()
     SdkHarness(args.control_endpoint, worker_id=args.id, state_cache_size=0, data_buffer_time_limit_ms=-1).run()
 
 

@@ -2,6 +2,7 @@
 bundle's end for up to 200 ms."""
 
 import time
+import weakref
 
 from apache_beam.runners.worker import statesampler
 from apache_beam.utils.counters import CounterFactory
@@ -37,3 +38,28 @@ def test_an_unknown_sampler_is_left_alone(monkeypatch):
     monkeypatch.setattr(statesampler.StateSampler, "__init__", changed)
     assert not end_bundles_promptly()
     assert statesampler.StateSampler.__init__.__defaults__ == (50, 2.0)
+
+
+def test_garbage_is_collected_rarely_and_the_start_up_heap_is_frozen_once():
+    import gc
+
+    from pipelines.runners.harness import GC_YOUNG_THRESHOLD, collect_garbage_rarely
+
+    before = gc.get_threshold()
+    try:
+        collect_garbage_rarely()
+        frozen = gc.get_freeze_count()
+        assert frozen > 1000 and gc.get_threshold() == (GC_YOUNG_THRESHOLD, *before[1:])
+        collect_garbage_rarely()  # a second pipeline in the same process freezes nothing more
+        assert gc.get_freeze_count() == frozen
+        class Node:
+            pass
+
+        node = Node()
+        node.me = node
+        alive = weakref.ref(node)
+        del node
+        gc.collect()
+        assert alive() is None  # cycles made since are still collected
+    finally:
+        gc.set_threshold(*before)
