@@ -83,7 +83,7 @@ class LearnModels(beam.DoFn):
         cfg = self.cfg
         self.store = CheckpointStore(cfg.checkpoint_dir, source=cfg.source) if cfg.checkpoint_dir else None
         self.codec = cfg.codec()
-        self.writer = KafkaWriter(cfg.bootstrap, cfg.predictions_topic, cfg.kafka_config)
+        self.writer = KafkaWriter(cfg.bootstrap, cfg.predictions_topic, cfg.kafka_config, count_delivered=False)
         self.dlq: KafkaWriter | None = None
         self.predictions = Metrics.counter(NAMESPACE, "predictions")
         self.resent = Metrics.counter(NAMESPACE, "predictions_not_resent")
@@ -178,9 +178,7 @@ class LearnModels(beam.DoFn):
         per batch that also records the batch's input offsets as answered,
         skipping those a transaction before a restart already committed."""
         if not self.cfg.exactly_once:
-            produce = self.writer.produce
-            for value, key in zip(predictions, keys):
-                produce(value, key)
+            self.writer.produce_values(predictions, keys=keys)
             self.predictions.inc(len(predictions))
             return
         out = self._transactional(model)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterable, NamedTuple, Optional
+from typing import Iterable, NamedTuple, Optional, Sequence
 
 from confluent_kafka import KafkaException, Producer
 
@@ -116,17 +116,27 @@ class KafkaWriter:
         n, self.failed, self.n_failed = self.n_failed, [], 0
         return n
 
-    def produce_values(self, values: Iterable[bytes], partitions: int | None = None, first: int = 0) -> None:
-        """Queue unkeyed values, the common case without the general path's
-        calls; ``partitions``: value k (counting from ``first``) goes to
-        partition k % partitions (None: the partitioner's choice)."""
+    def produce_values(self, values: Iterable[bytes], partitions: int | None = None, first: int = 0, *,
+                       keys: Sequence[bytes | None] | None = None) -> None:
+        """Queue a batch of values, the common cases without the general
+        path's calls: unkeyed, value k (counting from ``first``) to partition
+        k % ``partitions`` (None: the partitioner's choice); or with ``keys``
+        (a sequence of ``values``' length), to the partitioner's choice by key."""
         produce, topic = self.producer.produce, self.topic
-        if partitions is None:
+        if keys is not None:
+            if len(values) != len(keys):  # checked before any is queued
+                raise ValueError(f"{len(values)} values but {len(keys)} keys for topic {topic!r}")
+            for value, key in zip(values, keys):
+                try:
+                    produce(topic, value, key)
+                except (BufferError, KafkaException):
+                    self.produce(value, key)  # not queued: the general path waits or raises
+        elif partitions is None:
             for value in values:
                 try:
                     produce(topic, value)
                 except (BufferError, KafkaException):
-                    self.produce(value)  # not queued: the general path waits or raises
+                    self.produce(value)
         else:
             for k, value in enumerate(values, first):
                 try:

@@ -374,7 +374,8 @@ class CombineStep(_Sharded, beam.DoFn):
         super().setup()
         cfg = self.cfg
         self.codec = cfg.codec()
-        self.predictions = KafkaWriter(cfg.bootstrap, cfg.predictions_topic, cfg.kafka_config)
+        self.predictions = KafkaWriter(cfg.bootstrap, cfg.predictions_topic, cfg.kafka_config,
+                                       count_delivered=False)
         # Feedback is on the critical path of every shard: send at once.
         self.feedback = KafkaWriter(cfg.bootstrap, cfg.feedback, {"linger.ms": 0, **cfg.kafka_config})
         self.predicted = Metrics.counter(NAMESPACE, "predictions")
@@ -410,8 +411,7 @@ class CombineStep(_Sharded, beam.DoFn):
             return
         encode = functools.partial(self.codec.encode, "scinol.Prediction", topic=topic)
         for run in runs:
-            for value, key in zip(run.encoded(encode), run.keys):
-                self.predictions.produce(value, key)
+            self.predictions.produce_values(run.encoded(encode), keys=run.keys)
         self.predictions.flush()
         n = sum(len(run) for run in runs)
         combiner.cadence.since += n

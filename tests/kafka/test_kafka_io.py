@@ -386,6 +386,35 @@ def test_write_to_kafka_delivers_every_value_once(kafka_bootstrap, topic_name):
     assert all(k == b"k" + v for k, v in got.values())
 
 
+def test_a_keyed_batch_is_queued_whole_in_order_and_partitioned_by_key(kafka_bootstrap, topic_name):
+    """KafkaWriter.produce_values with keys (how the pipelines write their
+    predictions), its local queue kept small so that the batch fills it
+    and the waiting path takes over midway."""
+    from pipelines.kafka.producer import KafkaWriter
+
+    _create_topic(kafka_bootstrap, topic_name)
+    n = 3_000
+    keys = [b"k%d" % (i % 7) for i in range(n)]
+    values = [b"%d" % i for i in range(n)]
+    writer = KafkaWriter(kafka_bootstrap, topic_name, {"queue.buffering.max.messages": 200}, count_delivered=False)
+    try:
+        writer.produce_values(values, keys=keys)
+        with pytest.raises(ValueError):
+            writer.produce_values([b"a", b"b"], keys=[b"k0"])  # one key per value, or nothing is queued
+        writer.flush(30)
+    finally:
+        writer.close()
+    got = _read_all(kafka_bootstrap, topic_name, expect=n)
+    by_key: dict = {}
+    for (partition, offset), (key, value) in sorted(got.items()):
+        by_key.setdefault(key, []).append((partition, int(value)))
+    assert sorted(by_key) == sorted(set(keys))
+    for key, written in by_key.items():
+        assert len({partition for partition, _ in written}) == 1  # one key, one partition
+        expected = [i for i in range(n) if keys[i] == key]
+        assert [v for _, v in written] == expected  # each value once, in the order given
+
+
 def test_delivered_counter_counts_acknowledgements_seen_before_the_bundle_ends(kafka_bootstrap, topic_name):
     """flush_each: every acknowledgement is reported inside process(), none
     is left for finish_bundle's flush; the counter must count them all
