@@ -27,6 +27,7 @@ import apache_beam as beam
 
 from pipelines.kafka.consumer import UNBOUNDED_STOP, PartitionRange, resolve_ranges
 
+from .batch_coder import KafkaBatch
 from .partition_fn import BoundedReadPartitionFn, PartitionSpec, UnboundedReadPartitionFn
 
 
@@ -91,7 +92,7 @@ class ReadFromKafka(beam.PTransform):
         return (pbegin
                 | "Impulse" >> beam.Impulse()
                 | "ResolvePartitions" >> beam.ParDo(self.resolve)
-                | "ReadPartitions" >> beam.ParDo(self.read))
+                | "ReadPartitions" >> beam.ParDo(self.read).with_output_types(KafkaBatch))
 
 
 class ReadFromKafkaRanges(beam.PTransform):
@@ -120,4 +121,4 @@ class ReadFromKafkaRanges(beam.PTransform):
     def expand(self, pbegin):
         return (pbegin
                 | "Ranges" >> beam.Create(self.ranges, reshuffle=False)
-                | "ReadPartitions" >> beam.ParDo(self.read))
+                | "ReadPartitions" >> beam.ParDo(self.read).with_output_types(KafkaBatch))
