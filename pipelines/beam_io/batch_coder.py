@@ -28,7 +28,7 @@ class KafkaBatch(list):
 
 
 _COUNTS = struct.Struct("<II")  # messages, distinct topics
-_NONE = -1  # a key or header value that is None
+_NONE = -1  # a key, value or header value that is None (Kafka allows a null value)
 
 
 def _lengths(items: list) -> list[int]:
@@ -51,9 +51,9 @@ class KafkaBatchCoder(Coder):
             head += [struct.pack("<I", len(name)), name]
         columns = np.array([[topic_of[m.topic] for m in batch], [m.partition for m in batch],
                             [m.offset for m in batch], [m.timestamp_ms for m in batch], _lengths(keys),
-                            [len(v) for v in values], [_NONE if h is None else len(h) for h in headers]],
+                            _lengths(values), [_NONE if h is None else len(h) for h in headers]],
                            dtype=np.int64).reshape(7, len(batch))
-        parts = head + [columns.tobytes()] + [k for k in keys if k is not None] + values
+        parts = [*head, columns.tobytes(), *(k for k in keys if k is not None), *(v for v in values if v is not None)]
         for h in headers:
             for name, value in h or ():
                 raw = name.encode()
@@ -82,8 +82,8 @@ class KafkaBatchCoder(Coder):
             at += max(size, 0)
         values = []
         for size in value_lens:
-            values.append(encoded[at:at + size])
-            at += size
+            values.append(None if size == _NONE else encoded[at:at + size])
+            at += max(size, 0)
         headers = []
         for count in header_counts:
             pairs = None if count == _NONE else []
@@ -104,7 +104,7 @@ class KafkaBatchCoder(Coder):
     def estimate_size(self, batch) -> int:
         """The keys' and values' bytes and 56 a message for the rest (what
         :meth:`encode` writes, less the topic names and headers)."""
-        return sum(len(m.value) + len(m.key or b"") for m in batch) + 56 * len(batch)
+        return sum(len(m.value or b"") + len(m.key or b"") for m in batch) + 56 * len(batch)
 
     def is_deterministic(self) -> bool:
         return True

@@ -15,14 +15,17 @@ from pipelines.kafka.consumer import PartitionRange
 def _random_batch(rng: random.Random, n: int) -> list:
     topics = ["events", "labels", "zażółć-🙂"]
     out = []
-    for i in range(n):
-        key = None if rng.random() < 0.3 else rng.randbytes(rng.randrange(0, 40))
+    def some_bytes(p_none: float, most: int):
+        return None if rng.random() < p_none else rng.randbytes(rng.randrange(most))
+
+    for _ in range(n):
+        key = some_bytes(0.3, 40)
         headers = None
         if rng.random() < 0.3:
-            headers = [(rng.choice(["trace", "ħ", ""]), None if rng.random() < 0.3 else rng.randbytes(rng.randrange(9)))
-                       for _ in range(rng.randrange(0, 4))]
+            headers = [(rng.choice(["trace", "ħ", ""]), some_bytes(0.3, 9)) for _ in range(rng.randrange(0, 4))]
         out.append(KafkaMessage(rng.choice(topics), rng.randrange(0, 2**31 - 1), rng.randrange(0, 2**62),
-                                rng.choice([-1, rng.randrange(0, 2**45)]), key, rng.randbytes(rng.randrange(0, 300)),
+                                rng.choice([-1, rng.randrange(0, 2**45)]), key,
+                                some_bytes(0.1, 300),
                                 headers))
     return out
 
