@@ -158,7 +158,7 @@ def _failover_run(kafka, cluster, jar, topic, tmp_path, n: int, exactly_once: bo
             kafka.restart(down_for=3.0)
         producer.join()
         _wait(lambda: _model_at(cfg.checkpoint_dir, n), 300, f"the model's checkpoint at event {n}",
-              lambda: _job_story(cluster, job))
+              lambda: f"{_job_story(cluster, job)}; {_input_story(bootstrap, topic, cfg.checkpoint_dir)}")
         failures = cluster.rest(f"/jobs/{job}/exceptions").get("exceptionHistory", {}).get("entries", [])
     finally:
         result.cancel()  # on the cluster too, else the next test's job waits for its slots
@@ -309,10 +309,23 @@ def _job_story(cluster, job: str) -> str:
             f"other jobs {others}; TaskManagers (id, slots, free) {slots}")
 
 
+def _input_story(bootstrap: str, topic: str, ckpt_dir: str) -> str:
+    """How many events the input topic holds and where the latest model
+    checkpoint is: a feeder that lost or repeated a record across the broker
+    restart is then told from a pipeline that stalled."""
+    latest = CheckpointStore(ckpt_dir).latest("default")
+    return (f"input topic holds {len(read_topic(bootstrap, topic, raw=True))} records; latest checkpoint at event "
+            f"{latest.event_count if latest is not None else None}")
+
+
 def _producing(bootstrap: str, topic: str, events: list, rate: float = 150) -> threading.Thread:
-    """Produce ``events`` at ``rate``/s in a thread (started)."""
+    """Produce ``events`` at ``rate``/s in a thread (started), one produce
+    request in flight: with five, a request failed by the broker restart can
+    make librdkafka bump its epoch and resend, which may reorder the input
+    (see ``tests/support/trialkit.py``)."""
     thread = threading.Thread(target=produce_events, args=(bootstrap, topic, events),
-                              kwargs={"rate": rate, "progress": False})
+                              kwargs={"rate": rate, "progress": False,
+                                      "kafka_config": {"max.in.flight.requests.per.connection": 1}})
     thread.start()
     return thread
 
