@@ -219,8 +219,8 @@ class Algorithm:
         P = state.arrays["P"]
         sums = np.empty((indptr.shape[0] - 1, P.shape[1] + K.N_EXTRAS))
         w = np.empty((indices.shape[0], P.shape[1]))
-        K.predict_rows(self.spec.code, self._prm, self._glob_from(scalars), P, state.arrays["Q"], indptr, indices,
-                       data, learning, sums, w)
+        K.PREDICT_ROWS[self.spec.code](self._prm, self._glob_from(scalars), P, state.arrays["Q"], indptr, indices,
+                                       data, learning, sums, w)
         return sums, w
 
     def update_rows(self, state, indptr, indices, data, globs, feedback, has_feedback, memo, first_row):
@@ -228,8 +228,8 @@ class Algorithm:
         gave ``memo`` for (``indptr`` their window of its offsets), in order;
         row i with the scalars ``globs[i]`` (in :attr:`scalar_names` order) and
         ``feedback[i]``, where ``has_feedback[i]``."""
-        K.update_rows(self.spec.code, self._prm, globs, state.arrays["P"], state.arrays["Q"], indptr, indices, data,
-                      feedback, has_feedback, memo)
+        K.UPDATE_ROWS[self.spec.code](self._prm, globs, state.arrays["P"], state.arrays["Q"], indptr, indices, data,
+                                      feedback, has_feedback, memo)
 
     @property
     def scalar_names(self) -> tuple[str, ...]:

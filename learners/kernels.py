@@ -442,29 +442,226 @@ def update_row(a, prm, glob, P, Q, indices, data, bias, fb, w):
     _update(a, prm, glob, P, Q, indices, data, 0, indices.shape[0], False, bias, fb, w, P.shape[1])
 
 
-@jit
-def predict_rows(a, prm, glob, P, Q, indptr, indices, data, learning, out, w):
+@inline
+def _predict_block(a, prm, glob, P, Q, indptr, indices, data, learning, out, w):
     """``predict_row`` on each row of a CSR block with one state (pure):
     out[i] = row i's partial ŷ then extra sums; w[p] the weights of entry p."""
     n_out = P.shape[1]
     t = glob[0] + 1.0
     for i in range(indptr.shape[0] - 1):
         start, end = indptr[i], indptr[i + 1]
-        _predict(a, prm, glob, P, Q, indices, data, start, end, False, False, t, learning[i], out[i, :n_out],
-                 out[i, n_out:], w[start:end])
+        if n_out == 1:
+            out[i, 1:] = 0.0  # the extra sums, which _predict_single leaves alone for an algorithm without them
+            out[i, 0] = _predict_single(a, prm, glob, P, Q, indices, data, start, end, False, False, t, learning[i],
+                                        out[i, 1:], w[start:end])
+        else:
+            _predict(a, prm, glob, P, Q, indices, data, start, end, False, False, t, learning[i], out[i, :n_out],
+                     out[i, n_out:], w[start:end])
 
 
-@jit
-def update_rows(a, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+@inline
+def _update_block(a, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     """``update_row`` on each row of a CSR block, in order, row i with the
     globals globs[i] and feedback fbs[i] of its own example; rows without
     feedback (unlabelled, weight 0) are skipped. indptr may be a window of
     a larger block: w is indexed like indices."""
+    n_out = P.shape[1]
     for i in range(indptr.shape[0] - 1):
         if has_fb[i]:
             start, end = indptr[i], indptr[i + 1]
-            _update(a, prm, globs[i], P, Q, indices, data, start, end, False, False, fbs[i], w[start:end],
-                    P.shape[1])
+            if n_out == 1:  # the constant lets the compiler drop the loop over outputs, as in _rows_single
+                _update(a, prm, globs[i], P, Q, indices, data, start, end, False, False, fbs[i], w[start:end], 1)
+            else:
+                _update(a, prm, globs[i], P, Q, indices, data, start, end, False, False, fbs[i], w[start:end], n_out)
+
+
+# The sharded protocol's block kernels, one compiled pair per algorithm as
+# LEARN_ROWS: with the code a runtime value each weight and update call
+# went through every algorithm's branches (about 7x slower per coordinate).
+@jit
+def _predict_scinol1(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(SCINOL1, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_scinol1(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(SCINOL1, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+@jit
+def _predict_scinol2(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(SCINOL2, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_scinol2(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(SCINOL2, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+@jit
+def _predict_ogd(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(OGD_COORD, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_ogd(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(OGD_COORD, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+@jit
+def _predict_ogd_global(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(OGD_GLOBAL, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_ogd_global(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(OGD_GLOBAL, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+@jit
+def _predict_kt(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(KT_ALG1, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_kt(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(KT_ALG1, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+@jit
+def _predict_kt_avg(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(KT_AVG, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_kt_avg(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(KT_AVG, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+@jit
+def _predict_kt_coord(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(KT_COORD, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_kt_coord(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(KT_COORD, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+@jit
+def _predict_kotlowski1(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(KOTLOWSKI1, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_kotlowski1(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(KOTLOWSKI1, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+@jit
+def _predict_implicit(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(IMPLICIT, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_implicit(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(IMPLICIT, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+@jit
+def _predict_pa(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(PA0, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_pa(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(PA0, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+@jit
+def _predict_pa1(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(PA1, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_pa1(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(PA1, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+@jit
+def _predict_pa2(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(PA2, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_pa2(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(PA2, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+@jit
+def _predict_aprox(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(APROX, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_aprox(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(APROX, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+@jit
+def _predict_sgd(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(SGD, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_sgd(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(SGD, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+@jit
+def _predict_adagrad(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(ADAGRAD, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_adagrad(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(ADAGRAD, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+@jit
+def _predict_adam(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(ADAM, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_adam(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(ADAM, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+@jit
+def _predict_nag(prm, glob, P, Q, indptr, indices, data, learning, out, w):
+    _predict_block(NAG, prm, glob, P, Q, indptr, indices, data, learning, out, w)
+
+
+@jit
+def _update_nag(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
+    _update_block(NAG, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
+
+
+PREDICT_ROWS = {
+    SCINOL1: _predict_scinol1, SCINOL2: _predict_scinol2, OGD_COORD: _predict_ogd, OGD_GLOBAL: _predict_ogd_global,
+    KT_ALG1: _predict_kt, KT_AVG: _predict_kt_avg, KT_COORD: _predict_kt_coord, KOTLOWSKI1: _predict_kotlowski1,
+    IMPLICIT: _predict_implicit, PA0: _predict_pa, PA1: _predict_pa1, PA2: _predict_pa2, APROX: _predict_aprox,
+    SGD: _predict_sgd, ADAGRAD: _predict_adagrad, ADAM: _predict_adam, NAG: _predict_nag,
+}
+"""Algorithm code → its block predict: ``(prm, glob, P, Q, indptr, indices, data, learning, out, w)``."""
+UPDATE_ROWS = {
+    SCINOL1: _update_scinol1, SCINOL2: _update_scinol2, OGD_COORD: _update_ogd, OGD_GLOBAL: _update_ogd_global,
+    KT_ALG1: _update_kt, KT_AVG: _update_kt_avg, KT_COORD: _update_kt_coord, KOTLOWSKI1: _update_kotlowski1,
+    IMPLICIT: _update_implicit, PA0: _update_pa, PA1: _update_pa1, PA2: _update_pa2, APROX: _update_aprox,
+    SGD: _update_sgd, ADAGRAD: _update_adagrad, ADAM: _update_adam, NAG: _update_nag,
+}
+"""Algorithm code → its block update: ``(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)``."""
 
 
 @jit
@@ -483,5 +680,5 @@ def current_weights(a, prm, glob, P, Q):
 
 drop_stale_cache("kernels", _learn_scinol1)
 
-__all__ = ["LEARN_ROWS", "predict_row", "combine_row", "loss_only", "update_row", "predict_rows", "combine_rows",
-           "update_rows", "current_weights"]
+__all__ = ["LEARN_ROWS", "predict_row", "combine_row", "loss_only", "update_row", "PREDICT_ROWS", "combine_rows",
+           "UPDATE_ROWS", "current_weights"]
