@@ -222,16 +222,12 @@ class Router:
         if not n:
             return
         first, self.seq = self.seq + 1, self.seq + n
-        row = np.repeat(np.arange(n), np.diff(indptr))
         if self.bias:
-            coords = np.concatenate([np.zeros(n, dtype=np.int64), coords])
-            values = np.concatenate([np.ones(n), values])
-            row = np.concatenate([np.arange(n), row])
+            indptr, coords, values = _with_bias(indptr, coords, values)
+        row = np.repeat(np.arange(n), np.diff(indptr))
         shard = shards_of(coords, self.n_shards)
-        order = np.argsort(shard * n + row, kind="stable")
-        ends = np.cumsum(np.bincount(shard, minlength=self.n_shards))
         for s in range(self.n_shards):
-            take = order[ends[s - 1] if s else 0: ends[s]]
+            take = np.flatnonzero(shard == s)  # in row order already: no sort
             shard_indptr = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(np.bincount(row[take], minlength=n), out=shard_indptr[1:])
             per_shard[s].append(Slices(first, event_ids, shard_indptr, coords[take], values[take], learning,
@@ -286,6 +282,17 @@ class Router:
         if self.interactions:
             rows = expand(rows, self.interactions, self.hasher.bits, self.hasher.seed)
         return (*rows, y)
+
+
+def _with_bias(indptr: np.ndarray, coords: np.ndarray, values: np.ndarray):
+    """CSR rows with the constant feature (coordinate 0, value 1) put first in each."""
+    n = indptr.shape[0] - 1
+    heads = indptr[:-1] + np.arange(n)  # where each row starts once the earlier rows' constants are in
+    rest = np.ones(coords.shape[0] + n, dtype=bool)
+    rest[heads] = False
+    all_coords, all_values = np.zeros(rest.shape[0], dtype=np.int64), np.ones(rest.shape[0])
+    all_coords[rest], all_values[rest] = coords, values
+    return indptr + np.arange(n + 1), all_coords, all_values
 
 
 class Flight(NamedTuple):

@@ -278,3 +278,34 @@ def test_events_as_arrays_route_shard_and_combine_as_the_pairs_do(staleness):
     for x, y in zip(a.shards, b.shards):
         for name in x.shard.state.arrays:
             np.testing.assert_array_equal(x.shard.state.arrays[name], y.shard.state.arrays[name])
+
+
+@pytest.mark.parametrize("n_shards", [1, 2, 3, 5])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_batch_is_split_into_each_shards_entries_row_by_row_in_order(n_shards, bias):
+    """Router._split: shard s gets, for every row, the entries whose
+    coordinate it owns, in the row's order, the constant feature (coordinate
+    0, value 1) first where its shard is s; rows that are empty stay rows."""
+    from learners.sharding import shards_of
+    from pipelines.sharded.protocol import Router
+
+    rng = np.random.default_rng(n_shards + 10 * bias)
+    lengths = rng.integers(0, 9, size=40)
+    lengths[[3, 17]] = 0
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    coords = rng.integers(1, 1 << 20, size=indptr[-1]).astype(np.int64)
+    values = rng.normal(size=indptr[-1])
+    router = Router(n_shards, hasher=None, bias=bias, seq=7)
+    per_shard = [[] for _ in range(n_shards)]
+    ids = [f"e{i}" for i in range(40)]
+    router._split(per_shard, ids, indptr, coords, values, np.ones(40, bool), ["heads"])
+    assert router.seq == 47
+    for s, (block,) in enumerate(per_shard):
+        assert block.first == 8 and block.event_ids == ids and (block.heads == ["heads"]) == (s == 0)
+        for i in range(40):
+            row_coords = [0] * bias + coords[indptr[i]:indptr[i + 1]].tolist()
+            row_values = [1.0] * bias + values[indptr[i]:indptr[i + 1]].tolist()
+            mine = [j for j, c in enumerate(row_coords) if shards_of(np.array([c]), n_shards)[0] == s]
+            lo, hi = block.indptr[i], block.indptr[i + 1]
+            assert block.coords[lo:hi].tolist() == [row_coords[j] for j in mine]
+            assert block.values[lo:hi].tolist() == [row_values[j] for j in mine]
