@@ -286,13 +286,9 @@ class Router:
 
 def _with_bias(indptr: np.ndarray, coords: np.ndarray, values: np.ndarray):
     """CSR rows with the constant feature (coordinate 0, value 1) put first in each."""
-    n = indptr.shape[0] - 1
-    heads = indptr[:-1] + np.arange(n)  # where each row starts once the earlier rows' constants are in
-    rest = np.ones(coords.shape[0] + n, dtype=bool)
-    rest[heads] = False
-    all_coords, all_values = np.zeros(rest.shape[0], dtype=np.int64), np.ones(rest.shape[0])
-    all_coords[rest], all_values[rest] = coords, values
-    return indptr + np.arange(n + 1), all_coords, all_values
+    starts = indptr[:-1]
+    return (indptr + np.arange(indptr.shape[0]), np.insert(coords, starts, 0),
+            np.insert(np.asarray(values, np.float64), starts, 1.0))
 
 
 class Flight(NamedTuple):
