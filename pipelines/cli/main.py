@@ -15,6 +15,7 @@ import sys
 
 from . import bench, broker, demo, flink, generate, learn, learners, model, produce, provision, registry, run, tail
 from .errors import EXIT_USAGE, UsageError
+from .startup import skip_numba_probes
 
 COMMANDS = (learn, generate, learners, broker, registry, provision, flink, run, produce, tail, demo, model, bench)
 
@@ -63,6 +64,7 @@ def _user_errors() -> tuple:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    skip_numba_probes()
     try:
         args = build_parser().parse_args(argv)
         args.argv = argv
