@@ -23,26 +23,34 @@ from :meth:`Registry.schema_by_id`, for the codec to turn into a dead letter.
 
 from __future__ import annotations
 
+import functools
 import urllib.parse
+from types import SimpleNamespace
 
-from confluent_kafka.schema_registry import (Schema, SchemaRegistryClient, record_subject_name_strategy,
-                                             topic_record_subject_name_strategy, topic_subject_name_strategy)
-from confluent_kafka.schema_registry.error import OAuthTokenError
-from confluent_kafka.schema_registry.error import SchemaRegistryError as _ClientError
-from confluent_kafka.serialization import MessageField, SerializationContext
 
-try:  # the HTTP client Confluent's client uses: httpx2 where installed, else httpx
-    import httpx2 as _httpx
-except ImportError:  # pragma: no cover
-    import httpx as _httpx
+@functools.cache
+def _client_api() -> SimpleNamespace:
+    """Confluent's client and what goes with it, imported on first use: it
+    brings authlib and an HTTP client (about 0.15 s), which a run without a
+    schema registry never needs."""
+    from confluent_kafka import schema_registry
+    from confluent_kafka.schema_registry.error import OAuthTokenError, SchemaRegistryError as ClientError
+    from confluent_kafka.serialization import MessageField, SerializationContext
 
-_UNREACHABLE = (_httpx.TransportError, OSError, OAuthTokenError)
-"""What a registry that cannot be reached (or authenticated with, for OAuth) raises."""
+    try:  # the HTTP client Confluent's client uses: httpx2 where installed, else httpx
+        import httpx2 as httpx
+    except ImportError:  # pragma: no cover
+        import httpx
+    return SimpleNamespace(registry=schema_registry, ClientError=ClientError, MessageField=MessageField,
+                           SerializationContext=SerializationContext,
+                           # what a registry that cannot be reached (or authenticated with, for OAuth) raises
+                           unreachable=(httpx.TransportError, OSError, OAuthTokenError))
 
-SUBJECT_STRATEGIES = {
-    "TopicNameStrategy": topic_subject_name_strategy,
-    "RecordNameStrategy": record_subject_name_strategy,
-    "TopicRecordNameStrategy": topic_record_subject_name_strategy,
+
+SUBJECT_STRATEGIES = {  # Confluent's names -> its functions in confluent_kafka.schema_registry
+    "TopicNameStrategy": "topic_subject_name_strategy",
+    "RecordNameStrategy": "record_subject_name_strategy",
+    "TopicRecordNameStrategy": "topic_record_subject_name_strategy",
 }
 DEFAULT_STRATEGY = "TopicNameStrategy"
 SECRET_KEYS = ("basic.auth.user.info", "ssl.key.password", "bearer.auth.token", "bearer.auth.client.secret")
@@ -141,15 +149,16 @@ class Registry:
         if isinstance(conf.get("ssl.ca.location"), str) and conf["ssl.ca.location"].lower() == "false":
             conf["ssl.ca.location"] = False  # Confluent's spelling for "do not verify"
         try:
-            SchemaRegistryClient(conf).close()  # Confluent's own checks; connects to nothing
+            _client_api().registry.SchemaRegistryClient(conf).close()  # Confluent's own checks; connects to nothing
         except (ValueError, TypeError) as exc:
             raise ValueError(f"schema registry config: {self.scrub(str(exc))}") from None
         return conf
 
     @property
-    def client(self) -> SchemaRegistryClient:
+    def client(self):
+        """Confluent's ``SchemaRegistryClient``, made on first use."""
         if self._client is None:
-            self._client = SchemaRegistryClient(self._client_conf())
+            self._client = _client_api().registry.SchemaRegistryClient(self._client_conf())
         return self._client
 
     def scrub(self, text: str) -> str:
@@ -167,14 +176,15 @@ class Registry:
     def _call(self, action: str, fn, *args, missing_ok: bool = False):
         """``fn(*args)`` on the client; None for a 404 when ``missing_ok``;
         every failure as a :class:`SchemaRegistryError` without secrets."""
+        api = _client_api()
         try:
             return fn(*args)
-        except _ClientError as exc:
+        except api.ClientError as exc:
             if missing_ok and exc.http_status_code == 404:
                 return None
             raise SchemaRegistryError(action, self.url, exc.http_status_code, self.scrub(str(exc.error_message)),
                                       exc.error_code) from None
-        except _UNREACHABLE as exc:  # connection refused, DNS, TLS, timeouts
+        except api.unreachable as exc:  # connection refused, DNS, TLS, timeouts
             reason = " ".join(self.scrub(f"{type(exc).__name__}: {exc}").split())
             raise SchemaRegistryError(action, self.url, None, f"cannot reach the schema registry ({reason})") from None
 
@@ -185,15 +195,16 @@ class Registry:
         if topic is None and self.subject_strategy != "RecordNameStrategy":
             raise ValueError(f"{self.subject_strategy} names subjects after the topic: give the topic "
                              f"{record_name} is written to")
-        ctx = SerializationContext(topic, MessageField.VALUE)
-        return SUBJECT_STRATEGIES[self.subject_strategy](ctx, record_name)
+        api = _client_api()
+        ctx = api.SerializationContext(topic, api.MessageField.VALUE)
+        return getattr(api.registry, SUBJECT_STRATEGIES[self.subject_strategy])(ctx, record_name)
 
     def writer_schema(self, record_name: str, topic: str | None, schema_text: str) -> tuple[int, str]:
         """``(id, schema text)`` to frame ``record_name`` with on ``topic``:
         ``schema_text`` registered (auto-register), or looked up; lookup-only
         falls back to the subject's latest version."""
         subject = self.subject(record_name, topic)
-        schema = Schema(schema_text, "AVRO")
+        schema = _client_api().registry.Schema(schema_text, "AVRO")
         if self.auto_register:
             return self._call(f"registering {record_name} under subject {subject!r}", self.client.register_schema,
                               subject, schema), schema_text
@@ -218,5 +229,5 @@ class Registry:
     def register(self, subject: str, schema_text: str) -> int:
         """Register ``schema_text`` under ``subject`` (tests, tools); its id."""
         return self._call(f"registering under subject {subject!r}", self.client.register_schema, subject,
-                          Schema(schema_text, "AVRO"))
+                          _client_api().registry.Schema(schema_text, "AVRO"))
 
