@@ -13,9 +13,10 @@ import argparse
 import logging
 import sys
 
+from pipelines.runners.startup import skip_numba_probes
+
 from . import bench, broker, demo, flink, generate, learn, learners, model, produce, provision, registry, run, tail
 from .errors import EXIT_USAGE, UsageError
-from .startup import skip_numba_probes
 
 COMMANDS = (learn, generate, learners, broker, registry, provision, flink, run, produce, tail, demo, model, bench)
 

@@ -33,6 +33,8 @@ import gc
 import inspect
 import logging
 
+from .startup import skip_numba_probes
+
 log = logging.getLogger(__name__)
 
 SAMPLING_PERIOD_MS = 10
@@ -75,7 +77,10 @@ def main(argv=None) -> None:
     """A worker pool's harness (Beam's container contract: it is called with
     ``--id`` and ``--control_endpoint`` among others). Runs the SDK harness
     as the pool itself would (no state cache, no data buffer time limit),
-    with :func:`end_bundles_promptly` applied first."""
+    with :func:`end_bundles_promptly` applied first and numba's optional
+    probes skipped (:mod:`pipelines.runners.startup`): every worker loads
+    the compiled kernels."""
+    skip_numba_probes()
     parser = argparse.ArgumentParser(prog="python -m pipelines.runners.harness")
     parser.add_argument("--id", required=True)
     parser.add_argument("--control_endpoint", required=True)

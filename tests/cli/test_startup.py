@@ -65,7 +65,7 @@ def test_a_process_that_imported_scipy_linalg_first_keeps_numbas_blas(tmp_path):
     got = _python("""
         import json, sys
         import scipy.linalg
-        from pipelines.cli.startup import skip_numba_probes
+        from pipelines.runners.startup import skip_numba_probes
         skip_numba_probes()
         import numba.np.arraymath
         print(json.dumps({"have_blas": numba.np.arraymath._HAVE_BLAS,
@@ -88,7 +88,7 @@ def test_the_library_alone_leaves_numbas_probe_alone(tmp_path):
 def test_the_probed_packages_import_as_usual_after_the_probes(tmp_path):
     got = _python("""
         import json, sys
-        from pipelines.cli.startup import skip_numba_probes
+        from pipelines.runners.startup import skip_numba_probes
         skip_numba_probes()
         import numba.np.arraymath, numba.core.typing.cffi_utils
         import cffi, scipy.linalg

@@ -1,5 +1,5 @@
-"""Start-up of the ``scinol`` process: two optional imports numba makes that
-the command line skips.
+"""Start-up of the project's own processes: two optional imports numba makes
+that they skip.
 
 numba's first compile or cache load in a process imports its typing and
 lowering modules, and two of them probe for optional packages the
@@ -13,11 +13,12 @@ project's kernels never use:
 * ``numba.core.typing.cffi_utils`` imports ``cffi`` (with its C parser,
   about 0.05 s) to type cffi functions called from compiled code.
 
-The command line's process is its own, so it lets those two probes fail
-(each probing module then takes its own fallback) and nothing else: the
-packages import as usual at any other time, a process that imported them
-already is not touched, and a program that imports the project as a
-library keeps numba's behaviour.
+The ``scinol`` command (``pipelines.cli.main``) and the worker harness
+(``pipelines.runners.harness``) run in processes of their own, so they let
+those two probes fail (each probing module then takes its own fallback)
+and nothing else: the packages import as usual at any other time, a
+process that imported them already is not touched, and a program that
+imports the project as a library keeps numba's behaviour.
 """
 
 from __future__ import annotations
