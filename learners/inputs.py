@@ -42,10 +42,11 @@ _NEGATIVE, _NON_FINITE, _DUPLICATE = 1, 2, 3
 
 
 @njit(cache=True)
-def _first_bad_entry(indptr, indices, data):
+def _first_bad_entry(indptr, indices, data, look_for_repeats):
     """(kind, position) of the first negative index, non-finite value or
-    repeated index within a row; (0, -1) when the batch is clean. One pass,
-    sorting each row's indices in a small buffer."""
+    (if ``look_for_repeats``) repeated index within a row; (0, -1) when the
+    batch is clean. One pass, sorting an unsorted row's indices in a small
+    buffer."""
     longest = 0
     for i in range(indptr.shape[0] - 1):
         longest = max(longest, indptr[i + 1] - indptr[i])
@@ -57,6 +58,8 @@ def _first_bad_entry(indptr, indices, data):
                 return _NEGATIVE, p
             if not np.isfinite(data[p]):
                 return _NON_FINITE, p
+        if not look_for_repeats:
+            continue
         ascending = True  # the common case (sorted rows) needs no sort to rule out repeats
         for p in range(lo + 1, hi):
             if indices[p] <= indices[p - 1]:
@@ -86,7 +89,11 @@ def dense_batch(X) -> np.ndarray:
     return X
 
 
-def csr_batch(indptr, indices, data) -> CSRBatch:
+def csr_batch(indptr, indices, data, *, distinct: bool = False) -> CSRBatch:
+    """The rows checked: ``indptr`` sane, no negative index, no non-finite
+    value, no index twice in a row. ``distinct``: the caller has already
+    merged each row's repeats (as the crosses do), so they are not looked
+    for again; hashed rows are unsorted, and that look sorts each one."""
     indptr = np.ascontiguousarray(indptr, dtype=np.int64)
     indices_in = np.asarray(indices)
     if indices_in.size and not np.issubdtype(indices_in.dtype, np.integer):
@@ -99,7 +106,7 @@ def csr_batch(indptr, indices, data) -> CSRBatch:
         raise ValueError(
             f"sparse batch has {indices.shape[0]} indices, {data.shape[0]} values and indptr ending at {indptr[-1]}; they must agree"
         )
-    kind, p = _first_bad_entry(indptr, indices, data)
+    kind, p = _first_bad_entry(indptr, indices, data, not distinct)
     if kind:
         row = int(np.searchsorted(indptr, p, side="right") - 1)
         if kind == _NEGATIVE:

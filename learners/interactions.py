@@ -330,4 +330,4 @@ def crossed_batch(X, hasher, interactions: tuple[str, ...]):
             np.cumsum(np.bincount(r, minlength=batch.shape[0]), out=indptr[1:])
             batch = CSRBatch(indptr, c.astype(np.int64), batch[r, c])
         rows = default_namespace(batch.indptr, batch.indices, batch.data)
-    return csr_batch(*expand(rows, interactions, hasher.bits, hasher.seed))
+    return csr_batch(*expand(rows, interactions, hasher.bits, hasher.seed), distinct=True)  # expand sums repeats

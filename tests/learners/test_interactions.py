@@ -97,6 +97,9 @@ def test_expand_matches_the_reference(seed, specs, bits):
     got = [list(zip(indices[indptr[r]:indptr[r + 1]].tolist(), data[indptr[r]:indptr[r + 1]].tolist()))
            for r in range(rows.n_rows)]
     assert got == reference_rows(rows, interactions, bits, seed % 1000)
+    for r in range(rows.n_rows):  # what lets crossed_batch skip the look for repeated indices
+        row = indices[indptr[r]:indptr[r + 1]]
+        assert np.unique(row).size == row.size
 
 
 def test_self_interactions_make_each_combination_once():
@@ -215,3 +218,8 @@ def test_namespaced_rows_are_checked():
         make_learner("scinol2", "logistic").learn(
             NamespacedRows(np.array([0, 1]), np.array([1]), np.array([np.inf]), np.array([97], dtype=np.uint8)),
             [1.0])
+    # two entries of one index, each finite, sum past the largest double: the merged row is still checked
+    with pytest.raises(ValueError, match="non-finite feature value inf at row 1, feature index 5"):
+        make_learner("scinol2", "logistic").learn(
+            NamespacedRows(np.array([0, 1, 4]), np.array([3, 9, 5, 5]), np.array([1.0, 1.0, 1e308, 1e308]),
+                           np.full(4, 97, dtype=np.uint8)), [1.0, 0.0])
