@@ -439,6 +439,63 @@ def decode_events(buf, starts, ends, sids, layouts, params, labels, max_message_
     return status, cols, indptr, indices[:out], values[:out], model_code, firsts[:n_models]
 
 
+@njit(cache=True)
+def read_namespaced(buf, starts, ends, bits, seed, default_space):
+    """The features union at each ``buf[starts[r]:ends[r]]`` (of messages
+    :func:`decode_events` took, so already checked) as namespaced entries,
+    for a learner that crosses namespaces: dense values at 0..n-1 and
+    sparse indices as given, in ``default_space``; each distinct name (its
+    last value, in first-seen order, as a decoded dict holds it) hashed as
+    ``FeatureHasher.slot`` hashes it, its namespace the first byte of a
+    name with a non-empty head before its first ``^``. Nothing is summed:
+    the crosses sum repeats. Returns (indptr, indices, values, spaces), or
+    an indptr of length 0 if a features union does not read."""
+    n = starts.shape[0]
+    total, biggest = 0, 0
+    for r in range(n):
+        total += ends[r] - starts[r]
+        biggest = max(biggest, ends[r] - starts[r])
+    indices = np.empty(total // 8 + 1, np.int64)
+    values = np.empty(total // 8 + 1, np.float64)
+    spaces = np.full(total // 8 + 1, default_space, np.uint8)
+    room = biggest // 9 + 2
+    scratch = (np.empty(room, np.int64), np.empty(room, np.int64), np.empty(room, np.int64),
+               np.empty(room, np.float64), np.empty(_table_mask(room) + 1, np.int64),
+               np.zeros(_table_mask(room) + 1, np.int64))
+    indptr = np.zeros(n + 1, np.int64)
+    low = (np.int64(1) << bits) - 1
+    out = 0
+    for r in range(n):
+        pos, end = starts[r], ends[r]
+        branch, pos = read_long(buf, pos, end)
+        if branch == 0:
+            k, pos = read_doubles(buf, pos, end, values, out)
+            for j in range(k):
+                indices[out + j] = j
+        elif branch == 1:
+            k, pos = read_array(buf, pos, end, LONG, indices, out, indices)
+            k, pos = read_doubles(buf, pos, end, values, out)
+        elif branch == 2:
+            k, pos = _read_names(buf, pos, end, seed, scratch, r + 1)
+            name_s, name_e, hashes, vals, _, _ = scratch
+            for q in range(k):
+                h = hashes[q]
+                indices[out + q] = h & low
+                values[out + q] = -1.0 * vals[q] if h >> 31 else vals[q]
+                for c in range(name_s[q], name_e[q]):
+                    if buf[c] == 0x5E:  # '^' after a non-empty head: the head's first byte
+                        if c > name_s[q]:
+                            spaces[out + q] = buf[name_s[q]]
+                        break
+        else:
+            pos = -1
+        if pos < 0:
+            return indptr[:0], indices[:0], values[:0], spaces[:0]
+        out += k
+        indptr[r + 1] = out
+    return indptr, indices[:out], values[:out], spaces[:out]
+
+
 # ---------------------------------------------------------------- writing
 
 

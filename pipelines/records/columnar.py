@@ -37,7 +37,7 @@ from fastavro import schemaless_reader
 
 from learners.losses import BINARY_LOSSES, loss_code
 from pipelines.records.avro_kernels import (FALLBACK, LABELS_BINARY, LABELS_FINITE, LABELS_SOFTMAX, LAYOUT_V1,
-                                            LAYOUT_V2, decode_events, gather_rows)
+                                            LAYOUT_V2, decode_events, gather_rows, read_namespaced)
 from pipelines.kafka.consumer import Position
 from pipelines.records.avro_kernels import encode_file_events, encode_named_events
 from pipelines.records.avro_kernels import encode_predictions as _encode
@@ -81,6 +81,8 @@ class EventColumns:
     """Message i's value is ``buf[msg_start[i]:msg_end[i]]``."""
     layout: np.ndarray | None = None
     """Writer layout of the messages the compiled reader took (1, 2), 0 otherwise."""
+    feature_start: np.ndarray | None = None
+    """Where the features union of a message the compiled reader took starts in ``buf``."""
     records: dict[int, dict] = field(default_factory=dict)
     """The decoded records of valid messages the compiled reader did not take."""
     hashing: tuple[int, int] = (18, 0)
@@ -201,7 +203,8 @@ class EventDecoder:
         models = [buf[model_s[f]:model_e[f]].tobytes().decode() for f in firsts]
         out = EventColumns(buf, id_s, id_e, ts, code, models, label, has_label, weight, has_weight, indptr, indices,
                            data, np.zeros(len(values), np.int8), msg_start=starts, msg_end=ends,
-                           layout=np.maximum(-status, 0), hashing=(self.hasher.bits, self.hasher.seed))
+                           layout=np.maximum(-status, 0), hashing=(self.hasher.bits, self.hasher.seed),
+                           feature_start=model_e)  # the union follows the model's string
         slow = np.flatnonzero(status >= FALLBACK)
         if slow.size:
             out.fallbacks = int(slow.size)
@@ -436,19 +439,18 @@ class ColumnarEvent(Mapping):
 
     @staticmethod
     def learner_rows(events: list, learner):
-        """((indptr, indices, data), y) as :func:`pipelines.records.events.learner_rows`
-        gives them, gathered from the columns; None when that path must
-        decide (crossed features, other events in the list, another hasher)."""
-        if learner.interactions or not events:
+        """(rows, y) as :func:`pipelines.records.events.learner_rows` gives
+        them, from the columns (:func:`_features_of`); None when that path
+        must decide (other events in the list, or see :func:`_features_of`)."""
+        if not events:
             return None
         cols = events[0].cols
-        if cols.hashing != (learner.hasher.bits, learner.hasher.seed):
-            return None
         try:
             rows = np.fromiter((e.i for e in events if e.cols is cols), np.int64, len(events))
         except (AttributeError, ValueError):  # not all ColumnarEvents, or of other batches
             return None
-        return gather_rows(cols.indptr, cols.indices, cols.values, rows), _own_labels(events, cols.label[rows])[0]
+        features = _features_of(cols, rows, learner)
+        return None if features is None else (features, _own_labels(events, cols.label[rows])[0])
 
     def with_label(self, label: float, weight: float | None) -> "LabelledEvent":
         """This event with a label (and weight, None: its own) that came on a
@@ -519,13 +521,11 @@ class EventRows(Sequence):
         return EventRows, (self.cols, self.rows, self.offsets, self.keys, self.start, self.source)
 
     def learner_rows(self, learner):
-        """((indptr, indices, data), y) as :meth:`ColumnarEvent.learner_rows`
-        gives them for these events, straight from the arrays; None when that
-        path must decide (crossed features, another hasher)."""
-        cols = self.cols
-        if learner.interactions or cols.hashing != (learner.hasher.bits, learner.hasher.seed):
-            return None
-        return gather_rows(cols.indptr, cols.indices, cols.values, self.rows), cols.label[self.rows]
+        """(rows, y) as :meth:`ColumnarEvent.learner_rows` gives them for
+        these events, straight from the arrays; None when that path must
+        decide (:func:`_features_of`)."""
+        features = _features_of(self.cols, self.rows, learner)
+        return None if features is None else (features, self.cols.label[self.rows])
 
     def weights(self) -> np.ndarray | None:
         """The events' importance weights (none given: 1); None when all are none."""
@@ -563,6 +563,28 @@ def prediction_keys_of(items) -> list[bytes]:
     if isinstance(items, EventRows):
         return prediction_keys(items.event_ids(), items.keys)
     return prediction_keys([e["id"] for _, e in items], [getattr(p, "key", None) for p, _ in items])
+
+
+def _features_of(cols: EventColumns, rows: np.ndarray, learner):
+    """The learner's input for ``rows`` of the columns, without a Python
+    object per event: CSR rows gathered from the decoded arrays; for a
+    learner that crosses namespaces, namespaced rows read again from the
+    messages' bytes in one compiled call (the decoded rows have colliding
+    names summed already, the crosses need them apart). None when the
+    per-event path must decide: another hasher, or crosses over a row the
+    compiled reader did not take (its record has the names)."""
+    from learners.interactions import DEFAULT_NAMESPACE, NamespacedRows
+
+    hasher = learner.hasher
+    if not learner.interactions:
+        if cols.hashing != (hasher.bits, hasher.seed):
+            return None
+        return gather_rows(cols.indptr, cols.indices, cols.values, rows)
+    if cols.feature_start is None or (cols.records and np.isin(rows, list(cols.records)).any()):
+        return None
+    indptr, indices, values, spaces = read_namespaced(cols.buf, cols.feature_start[rows], cols.msg_end[rows],
+                                                      hasher.bits, hasher.seed, DEFAULT_NAMESPACE)
+    return None if indptr.size == 0 else NamespacedRows(indptr, indices, values, spaces)
 
 
 def _own_labels(events: list, label: np.ndarray, has_label: np.ndarray | None = None):

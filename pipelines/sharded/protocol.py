@@ -153,7 +153,7 @@ class Router:
             items = [(pos, self.pending.with_early_label(event)) for pos, event in items]
         if isinstance(items, EventRows):  # arrays all the way: no object per event
             rows = items.learner_rows(self)
-            indptr, indices, data, y = (*rows[0], rows[1]) if rows is not None else self._rows(list(items))
+            indptr, indices, data, y = self._crossed(*rows) if rows is not None else self._rows(list(items))
             ids = items.event_ids()
             self.offsets.update(items.covered())
         else:
@@ -276,9 +276,12 @@ class Router:
 
 
     def _rows(self, events):
-        """(indptr, indices, data, y): crossed, with interactions; gathered
-        from the columns for events of a decoded batch (ColumnarEvent)."""
-        rows, y = learner_rows(events, self)
+        """(indptr, indices, data, y) of events (gathered from the columns for
+        events of a decoded batch, ColumnarEvent), crossed with interactions."""
+        return self._crossed(*learner_rows(events, self))
+
+    def _crossed(self, rows, y):
+        """(indptr, indices, data, y): ``rows`` crossed, with interactions."""
         if self.interactions:
             rows = expand(rows, self.interactions, self.hasher.bits, self.hasher.seed)
         return (*rows, y)

@@ -39,6 +39,40 @@ def test_zero_staleness_equals_one_learner(learner_name, k):
     assert [p["event_id"] for p in loop.predictions] == [e["id"] for _, e in items]
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_zero_staleness_with_crosses_of_decoded_named_events_equals_one_learner(k):
+    """Named events decoded into arrays (EventRows), crossed by the Router
+    from the messages' bytes: at S = 0 the shards predict what one learner
+    with the same crosses predicts."""
+    from pipelines.kafka.consumer import KafkaMessage
+    from pipelines.records.columnar import EventDecoder, EventRows
+    from schemas.codec import Codec
+
+    X, y = toy_examples(300, 1)
+    rows = [{**{f"a^x{j}": v for j, v in enumerate(x[:3])}, **{f"b^y{j}": v for j, v in enumerate(x[3:6])}, "c": x[6]}
+            for x in X.tolist()]
+    events = [{"id": f"e{i}", "timestamp": i, "model": "m", "features": {"values": r}, "label": float(label),
+               "weight": None} for i, (r, label) in enumerate(zip(rows, y))]
+    codec = Codec()
+    messages = [KafkaMessage("events", 0, i, 0, None, codec.encode("scinol.Event", e, "events"))
+                for i, e in enumerate(events)]
+    exact = make_learner("scinol2", "logistic", hash_bits=12, interactions=["ab", "aa"])
+    want = exact.learn(rows, y)
+    cols = EventDecoder(codec, "logistic", hash_bits=12).decode([m.value for m in messages])
+    (_, batch), = EventRows.split(cols, np.ones(len(messages), bool), messages)
+    loop = Loop(make_learner("scinol2", "logistic", hash_bits=12, interactions=["ab", "aa"]), k, staleness=0)
+    assert batch.learner_rows(loop.router) is not None  # the compiled read, not the per-event path
+    for lo in range(0, len(batch), 50):
+        per_shard, _ = loop.router.route(batch[lo:lo + 50])
+        for shard, slices in zip(loop.shards, per_shard):
+            loop._combine(shard.add(slices))
+        loop._deliver()
+    while loop.feedback_queue:
+        loop._deliver()
+    got = np.array([p["score"] for p in loop.predictions])
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
 def test_staleness_lets_shards_run_ahead_and_still_learn():
     X, y, items = stream(2000, unlabelled_every=10**9)
     losses = {}
@@ -218,19 +252,20 @@ def test_the_combiner_encodes_a_batch_of_predictions_as_the_codec_does(learner_n
     assert [v for run in made for v in run.values] == [codec.encode("scinol.Prediction", p, "preds") for p in records]
 
 
+@pytest.mark.parametrize("interactions", [None, ["  "]])
 @pytest.mark.parametrize("staleness", [0, 4])
-def test_events_as_arrays_route_shard_and_combine_as_the_pairs_do(staleness):
+def test_events_as_arrays_route_shard_and_combine_as_the_pairs_do(staleness, interactions):
     """The decode step hands sharded mode a batch's events as arrays
     (EventRows): the Router, shard 0 and the Combiner read those, never a
     pair of objects per event, and must give the same bits: scores,
     Prediction values, keys, Feedback and learner state, with message
     keys, weights, unlabelled events and a restart's already-learned
-    prefix among them."""
+    prefix among them; with crosses of the default namespace too."""
     from pipelines.kafka.consumer import KafkaMessage
     from pipelines.records.columnar import EventDecoder, EventRows
     from schemas.codec import Codec
 
-    codec, learner = Codec(), make_learner("scinol2", "logistic")
+    codec, learner = Codec(), make_learner("scinol2", "logistic", interactions=interactions)
     _, _, items = stream(90)
     events = [{**e, "weight": 0.5 if i % 5 == 0 else None} for i, (_, e) in enumerate(items)]
     messages = [KafkaMessage("events", 0, 100 + i, 0, None if i % 3 else f"k{i}".encode(),

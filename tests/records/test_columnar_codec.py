@@ -75,12 +75,20 @@ def assert_same_as_per_event_path(decoder: EventDecoder, values: list) -> None:
 
 def assert_same_learner_rows(decoder: EventDecoder, valid: list) -> None:
     """learner_rows over ColumnarEvents (gathered from the columns when the
-    learner hashes as the decoder did) equals it over the decoded records."""
-    learner = make_learner("scinol2", decoder.loss, n_classes=decoder.n_classes, hash_bits=decoder.hasher.bits)
-    (want_ptr, want_i, want_v), want_y = learner_rows([e for e, _ in valid], learner)
-    (ptr, ind, val), y = learner_rows([c for _, c in valid], learner)
-    assert ptr.tolist() == want_ptr.tolist() and ind.tolist() == want_i.tolist()
-    assert bits(val) == bits(want_v) and bits(y) == bits(want_y)
+    learner hashes as the decoder did; for a learner with crosses, the
+    namespaced rows read again from the messages) equals it over the
+    decoded records."""
+    for interactions in (None, ("ab", "nn", " a")):
+        learner = make_learner("scinol2", decoder.loss, n_classes=decoder.n_classes, hash_bits=decoder.hasher.bits,
+                               hash_seed=decoder.hasher.seed, interactions=interactions)
+        want, want_y = learner_rows([e for e, _ in valid], learner)
+        got, y = learner_rows([c for _, c in valid], learner)
+        assert len(got) == len(want)  # CSR (3 arrays), or namespaced rows (4)
+        for got_part, want_part in zip(got, want):
+            assert got_part.dtype == want_part.dtype
+            assert bits(got_part) == bits(want_part) if got_part.dtype == np.float64 else \
+                got_part.tolist() == want_part.tolist()
+        assert bits(y) == bits(want_y)
 
 
 # ------------------------------------------------------------ generators
@@ -97,7 +105,8 @@ def doubles(max_size: int):
 
 
 index = st.one_of(st.integers(0, 200), st.integers(-5, 2**63 - 1), st.integers(-(2**63), 2**63 - 1))
-name = st.one_of(st.text(max_size=12), st.sampled_from(["a", "b", "ns^x", "", "ü", "\U0001F600"]))
+name = st.one_of(st.text(max_size=12), st.sampled_from(["a", "b", "ns^x", "", "ü", "\U0001F600", "a^x", "b^x", "a^",
+                                                        "^b", "b^^a", "ü^x", "a^b^c"]))
 dense = doubles(40).map(lambda v: ("scinol.DenseFeatures", {"values": v}))
 sparse = st.one_of(
     st.lists(st.tuples(index, finite), max_size=40).map(
@@ -184,6 +193,37 @@ def test_valid_events_of_both_versions_take_the_compiled_path():
     cols = decoder.decode(values)
     assert cols.fallbacks == 0 and cols.ok.all() and cols.models == ["a", "b"]
     assert_same_as_per_event_path(decoder, values)
+
+
+def test_crossed_features_of_compiled_rows_are_read_without_the_per_event_path():
+    """With crosses, the learner's rows of a decoded batch come from one
+    compiled read of the messages: names that collide stay apart (the
+    crosses need each name's namespace), each with its namespace byte."""
+    from pipelines.records.columnar import EventRows, _features_of
+
+    events = [{"id": f"ev-{i}", "timestamp": i, "model": "m", "label": 1.0, "weight": None,
+               "features": ("scinol.NamedFeatures", {"values": {"a^x": 1.0, "b^y": -2.0, "z": 0.5, f"a^{i}": 3.0}})}
+              for i in range(40)] + [{"id": "d", "timestamp": 0, "model": "m", "label": 0.0, "weight": None,
+                                      "features": ("scinol.DenseFeatures", {"values": [1.0, 2.0]})}]
+    decoder = EventDecoder(CODEC, "logistic", hash_bits=2)  # 4 slots: the names collide
+    cols = decoder.decode([frame(e, 2) for e in events])
+    assert cols.fallbacks == 0
+    learner = make_learner("scinol2", "logistic", hash_bits=2, interactions=["ab"])
+    rows = _features_of(cols, np.arange(len(events)), learner)
+    assert rows is not None  # not left to the per-event path
+    assert rows.indptr.tolist() == [4 * i for i in range(41)] + [162]  # 4 names a row: none merged
+    assert rows.namespaces[:4].tolist() == [ord("a"), ord("b"), ord(" "), ord("a")]
+    assert rows.namespaces[-2:].tolist() == [ord(" "), ord(" ")] and rows.indices[-2:].tolist() == [0, 1]
+    slot = decoder.hasher.slot
+    assert rows.indices[:4].tolist() == [slot(n)[0] for n in ("a^x", "b^y", "z", "a^0")]
+    assert rows.data[:4].tolist() == [slot(n)[1] * v for n, v in (("a^x", 1.0), ("b^y", -2.0), ("z", 0.5), ("a^0", 3.0))]
+    batch = EventRows(cols, np.arange(len(events)), np.arange(len(events)), [None] * len(events), 0, ("t", 0))
+    (got, y), (want, want_y) = batch.learner_rows(learner), learner_rows(events_as_records(cols), learner)
+    assert [a.tolist() for a in got] == [a.tolist() for a in want] and y.tolist() == want_y.tolist()
+
+
+def events_as_records(cols) -> list[dict]:
+    return [dict(ColumnarEvent(cols, i)) for i in range(len(cols))]
 
 
 def test_a_repeated_map_key_keeps_its_first_place_and_last_value():

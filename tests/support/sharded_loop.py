@@ -16,7 +16,7 @@ class Loop:
     def __init__(self, learner, k, staleness, lose=(), repeat=()):
         algo = learner.algorithm
         scalars = algo.init_state(0, learner.n_outputs).scalars
-        self.router = Router(k, learner.hasher, learner.bias)
+        self.router = Router(k, learner.hasher, learner.bias, interactions=learner.interactions)
         self.shards = [ShardRunner(algo, learner.n_outputs, s, staleness, scalars) for s in range(k)]
         self.combiner = Combiner(algo, learner.loss, learner.loss_param, learner.n_outputs, k, "m", "run", scalars)
         self.lose, self.repeat = set(lose), set(repeat)
