@@ -35,6 +35,7 @@ from functools import lru_cache
 import numpy as np
 from fastavro import schemaless_reader
 
+from learners.interactions import DEFAULT_NAMESPACE, NamespacedRows
 from learners.losses import BINARY_LOSSES, loss_code
 from pipelines.records.avro_kernels import (FALLBACK, LABELS_BINARY, LABELS_FINITE, LABELS_SOFTMAX, LAYOUT_V1,
                                             LAYOUT_V2, decode_events, gather_rows, read_namespaced)
@@ -573,8 +574,6 @@ def _features_of(cols: EventColumns, rows: np.ndarray, learner):
     names summed already, the crosses need them apart). None when the
     per-event path must decide: another hasher, or crosses over a row the
     compiled reader did not take (its record has the names)."""
-    from learners.interactions import DEFAULT_NAMESPACE, NamespacedRows
-
     hasher = learner.hasher
     if not learner.interactions:
         if cols.hashing != (hasher.bits, hasher.seed):
