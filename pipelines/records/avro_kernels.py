@@ -395,6 +395,25 @@ def _model_code(buf, model_s, model_e, i, firsts, n_models, last):
 
 
 @njit(cache=True)
+def _sizes(starts, ends):
+    """(bytes of all the messages, room for the names of the largest): a
+    name takes at least 1 byte and its value 8."""
+    total, biggest = 0, 0
+    for i in range(starts.shape[0]):
+        total += ends[i] - starts[i]
+        biggest = max(biggest, ends[i] - starts[i])
+    return total, biggest // 9 + 2
+
+
+@njit(cache=True)
+def _names_scratch(room):
+    """The scratch arrays of :func:`_read_names` for ``room`` names."""
+    return (np.empty(room, np.int64), np.empty(room, np.int64), np.empty(room, np.int64),
+            np.empty(room, np.float64), np.empty(_table_mask(room) + 1, np.int64),
+            np.zeros(_table_mask(room) + 1, np.int64))
+
+
+@njit(cache=True)
 def decode_events(buf, starts, ends, sids, layouts, params, labels, max_message_bytes):
     """Every message buf[starts[i]:ends[i]] read as a framed Event (see the
     module doc). ``sids``/``layouts``: the writer schema ids with a compiled
@@ -405,16 +424,10 @@ def decode_events(buf, starts, ends, sids, layouts, params, labels, max_message_
     the per-event path, whose row is empty. Output space is bounded by the input's size: an accepted
     message holds at most one feature entry per 8 bytes."""
     n = starts.shape[0]
-    total, biggest = 0, 0
-    for i in range(n):
-        total += ends[i] - starts[i]
-        biggest = max(biggest, ends[i] - starts[i])
+    total, room = _sizes(starts, ends)
     indices = np.empty(total // 8 + 1, np.int64)
     values = np.empty(total // 8 + 1, np.float64)
-    room = biggest // 9 + 2
-    scratch = (np.empty(room, np.int64), np.empty(room, np.int64), np.empty(room, np.int64),
-               np.empty(room, np.float64), np.empty(_table_mask(room) + 1, np.int64),
-               np.zeros(_table_mask(room) + 1, np.int64))
+    scratch = _names_scratch(room)
     coords = (np.empty(_table_mask(room) + 1, np.int64), np.zeros(_table_mask(room) + 1, np.int64))
     cols = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
             np.zeros(n, np.int64), np.full(n, np.nan), np.zeros(n, np.bool_), np.full(n, np.nan),
@@ -451,17 +464,11 @@ def read_namespaced(buf, starts, ends, bits, seed, default_space):
     the crosses sum repeats. Returns (indptr, indices, values, spaces), or
     an indptr of length 0 if a features union does not read."""
     n = starts.shape[0]
-    total, biggest = 0, 0
-    for r in range(n):
-        total += ends[r] - starts[r]
-        biggest = max(biggest, ends[r] - starts[r])
+    total, room = _sizes(starts, ends)
     indices = np.empty(total // 8 + 1, np.int64)
     values = np.empty(total // 8 + 1, np.float64)
     spaces = np.full(total // 8 + 1, default_space, np.uint8)
-    room = biggest // 9 + 2
-    scratch = (np.empty(room, np.int64), np.empty(room, np.int64), np.empty(room, np.int64),
-               np.empty(room, np.float64), np.empty(_table_mask(room) + 1, np.int64),
-               np.zeros(_table_mask(room) + 1, np.int64))
+    scratch = _names_scratch(room)
     indptr = np.zeros(n + 1, np.int64)
     low = (np.int64(1) << bits) - 1
     out = 0
