@@ -480,7 +480,7 @@ def read_namespaced(buf, starts, ends, bits, seed, default_space):
             for j in range(k):
                 indices[out + j] = j
         elif branch == 1:
-            k, pos = read_array(buf, pos, end, LONG, indices, out, indices)
+            _, pos = read_array(buf, pos, end, LONG, indices, out, indices)
             k, pos = read_doubles(buf, pos, end, values, out)
         elif branch == 2:
             k, pos = _read_names(buf, pos, end, seed, scratch, r + 1)

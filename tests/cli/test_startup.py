@@ -14,7 +14,7 @@ import textwrap
 
 import numpy as np
 
-from learners.datasets import toy_examples
+from pipelines.cli.main import main
 
 
 def _python(code: str, cwd) -> dict:
@@ -24,15 +24,8 @@ def _python(code: str, cwd) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _libsvm(path, n=50):
-    X, y = toy_examples(n, 0)
-    with open(path, "w") as f:
-        for label, row in zip(y, X):
-            f.write(f"{label:g} " + " ".join(f"{j + 1}:{v:.9g}" for j, v in enumerate(row)) + "\n")
-
-
 def test_scinol_learn_runs_without_importing_scipy_linalg_or_cffi_and_numba_blas_works_after(tmp_path):
-    _libsvm(tmp_path / "toy.libsvm")
+    assert main(["generate", "toy", "-o", str(tmp_path / "toy.libsvm"), "--n", "50", "--format", "libsvm"]) == 0
     got = _python("""
         import json, sys
         import numpy as np

@@ -62,13 +62,7 @@ def test_zero_staleness_with_crosses_of_decoded_named_events_equals_one_learner(
     (_, batch), = EventRows.split(cols, np.ones(len(messages), bool), messages)
     loop = Loop(make_learner("scinol2", "logistic", hash_bits=12, interactions=["ab", "aa"]), k, staleness=0)
     assert batch.learner_rows(loop.router) is not None  # the compiled read, not the per-event path
-    for lo in range(0, len(batch), 50):
-        per_shard, _ = loop.router.route(batch[lo:lo + 50])
-        for shard, slices in zip(loop.shards, per_shard):
-            loop._combine(shard.add(slices))
-        loop._deliver()
-    while loop.feedback_queue:
-        loop._deliver()
+    loop.run(batch, batch=50)
     got = np.array([p["score"] for p in loop.predictions])
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
 
