@@ -45,6 +45,7 @@ from pipelines.records.avro_kernels import encode_predictions as _encode
 from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES, screen
 from pipelines.records.events import dense_events, event_rows
 from pipelines.records.predictions import prediction_keys
+from pipelines.records.strings import Strings
 from pipelines.records.validation import MAX_FEATURES
 from schemas.catalog import current_version, load_schema
 from schemas.codec import Codec, _prepare_event, _reading_schema
@@ -534,9 +535,9 @@ class EventRows(Sequence):
         given = cols.has_weight[rows]
         return np.where(given, cols.weight[rows], 1.0) if given.any() else None
 
-    def event_ids(self) -> list[str]:
-        ids = self.cols.fields()[0]
-        return [ids[i] for i in self.rows.tolist()]
+    def event_ids(self) -> Strings:
+        cols = self.cols
+        return Strings(cols.buf, cols.id_start[self.rows], cols.id_end[self.rows])
 
     def covered(self) -> dict[tuple[str, int], int]:
         """The next offset of the partition after these events."""
@@ -562,7 +563,9 @@ def prediction_keys_of(items) -> list[bytes]:
     """The Prediction key of each event of (Position, event) pairs or an
     :class:`EventRows` (:func:`pipelines.records.predictions.prediction_key`)."""
     if isinstance(items, EventRows):
-        return prediction_keys(items.event_ids(), items.keys)
+        if None not in items.keys:
+            return list(items.keys)
+        return [key if key is not None else raw for raw, key in zip(items.event_ids().encoded(), items.keys)]
     return prediction_keys([e["id"] for _, e in items], [getattr(p, "key", None) for p, _ in items])
 
 

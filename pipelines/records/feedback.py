@@ -18,6 +18,7 @@ from typing import Iterator, NamedTuple
 import numpy as np
 
 from pipelines.records.avro_kernels import decode_feedback_batch, encode_feedback_batch
+from pipelines.records.strings import Strings
 from schemas.catalog import load_schema
 from schemas.codec import HEADER_SIZE, MAGIC, Codec, DecodeError
 from schemas.reasons import UNDECODABLE
@@ -30,11 +31,12 @@ class FeedbackColumns(NamedTuple):
     """The Feedback of consecutive events of one model and run as arrays,
     what the combine step makes: one row per event; ``g`` (n, width), zero
     rows where nothing was learned; ``scalars`` (n, len(scalar_names)),
-    the global scalars after each event."""
+    the global scalars after each event; ``event_ids`` as one buffer
+    (a control record's is empty)."""
 
     model: str
     run_id: str
-    event_ids: list[str]
+    event_ids: Strings
     seqs: np.ndarray
     partitions: np.ndarray
     offsets: np.ndarray
@@ -57,7 +59,7 @@ class FeedbackColumns(NamedTuple):
         g = np.zeros((len(records), width))
         for i, r in enumerate(records):
             g[i, :len(r["g"])] = r["g"]
-        return cls(records[0]["model"], records[0]["run_id"], [r["event_id"] for r in records],
+        return cls(records[0]["model"], records[0]["run_id"], Strings.of(r["event_id"] for r in records),
                    _ints([r["seq"] for r in records]), _ints([r["partition"] for r in records]),
                    _ints([r["offset"] for r in records]), np.array([bool(r["g"]) for r in records]), g, names,
                    np.array([[r["scalars"][n] for n in names] for r in records]).reshape(len(records), len(names)),
@@ -65,7 +67,7 @@ class FeedbackColumns(NamedTuple):
 
     def take(self, rows: np.ndarray) -> "FeedbackColumns":
         """These rows, in this order (a row may come twice or not at all)."""
-        return self._replace(event_ids=[self.event_ids[i] for i in rows.tolist()],
+        return self._replace(event_ids=self.event_ids.take(rows),
                              **{f: getattr(self, f)[rows] for f in _ROW_ARRAYS})
 
     def faulted(self, drop, duplicate) -> "FeedbackColumns":
@@ -87,7 +89,7 @@ class FeedbackColumns(NamedTuple):
         for p in parts:
             g[at:at + p.n, :p.g.shape[1]] = p.g
             at += p.n
-        return parts[0]._replace(event_ids=[e for p in parts for e in p.event_ids], g=g,
+        return parts[0]._replace(event_ids=Strings.concat([p.event_ids for p in parts]), g=g,
                                  **{f: np.concatenate([getattr(p, f) for p in parts])
                                     for f in _ROW_ARRAYS if f != "g"})
 
@@ -105,7 +107,7 @@ class FeedbackColumns(NamedTuple):
     def of_batch(cls, batch: dict) -> "FeedbackColumns":
         """A FeedbackBatch record (a dict of its fields) as columns."""
         n, width, names = len(batch["seqs"]), batch["g_width"], list(batch["scalar_names"])
-        return cls(batch["model"], batch["run_id"], list(batch["event_ids"]), _ints(batch["seqs"]),
+        return cls(batch["model"], batch["run_id"], Strings.of(batch["event_ids"]), _ints(batch["seqs"]),
                    _ints(batch["partitions"]), _ints(batch["offsets"]), np.array(batch["learned"], dtype=bool),
                    np.array(batch["g"], dtype=np.float64).reshape(n, width), names,
                    np.array(batch["scalars"], dtype=np.float64).reshape(n, len(names)),
@@ -124,20 +126,19 @@ class FeedbackColumns(NamedTuple):
         if prepare is not None or not self.n:
             return [codec.encode("scinol.FeedbackBatch", batch, topic) for batch in self.batches()]
         header = np.frombuffer(header, np.uint8)
-        ids = [event_id.encode() for event_id in self.event_ids]
-        head, names = [self.model.encode(), self.run_id.encode()], [name.encode() for name in self.scalar_names]
+        head = Strings.of([self.model, self.run_id])
+        names = Strings.of(self.scalar_names)
         columns = np.stack([self.seqs, self.partitions, self.offsets, self.learned, self.checkpoints]).astype(np.int64)
         out = []
         for lo, hi in self._spans():
-            strings = head + ids[lo:hi] + names
-            ends = np.cumsum(np.fromiter(map(len, strings), np.int64, len(strings)))
-            out.append(encode_feedback_batch(header, np.frombuffer(b"".join(strings), np.uint8), ends, hi - lo,
-                                             columns[:, lo:hi], self.g.shape[1], self.g[lo:hi].ravel(),
+            text, lengths = Strings.concat([head, self.event_ids[lo:hi], names]).joined()
+            out.append(encode_feedback_batch(header, text, np.cumsum(lengths), hi - lo, columns[:, lo:hi],
+                                             self.g.shape[1], self.g[lo:hi].ravel(),
                                              self.scalars[lo:hi].ravel()).tobytes())
         return out
 
     def _batch(self, lo: int, hi: int) -> dict:
-        return {"model": self.model, "run_id": self.run_id, "event_ids": self.event_ids[lo:hi],
+        return {"model": self.model, "run_id": self.run_id, "event_ids": self.event_ids[lo:hi].tolist(),
                 "seqs": self.seqs[lo:hi].tolist(), "partitions": self.partitions[lo:hi].tolist(),
                 "offsets": self.offsets[lo:hi].tolist(), "learned": self.learned[lo:hi].tolist(),
                 "g_width": self.g.shape[1], "g": self.g[lo:hi].ravel().tolist(),
@@ -249,9 +250,10 @@ def _compiled(value: bytes) -> FeedbackColumns | None:
     end, n, m, starts, ends, columns, width, g, scalars = decode_feedback_batch(buf, HEADER_SIZE, buf.shape[0])
     if end != buf.shape[0] or width < 0 or g.shape[0] != n * width or scalars.shape[0] != n * m:
         return None  # not taken, bytes left over, or columns of other lengths: the codec decides
-    text = [value[a:b].decode() for a, b in zip(starts[:2 + n + m].tolist(), ends[:2 + n + m].tolist())]
-    return FeedbackColumns(text[0], text[1], text[2:2 + n], columns[0], columns[1], columns[2], columns[3].astype(bool),
-                           g.reshape(n, width), text[2 + n:], scalars.reshape(n, m), columns[4].astype(bool))
+    text = Strings(buf, starts[:2 + n + m], ends[:2 + n + m])
+    head, names = text[:2].tolist(), text[2 + n:].tolist()
+    return FeedbackColumns(head[0], head[1], text[2:2 + n], columns[0], columns[1], columns[2], columns[3].astype(bool),
+                           g.reshape(n, width), names, scalars.reshape(n, m), columns[4].astype(bool))
 
 
 def feedback_records(batch: dict) -> list[dict]:
@@ -270,5 +272,4 @@ def feedback_records(batch: dict) -> list[dict]:
 def end_markers(parts: list[FeedbackColumns]) -> bool:
     """Whether any of these parts holds the feedback reader's end marker
     (a control record: no event id, checkpoint set)."""
-    return any(not event_id and checkpoint
-               for p in parts for event_id, checkpoint in zip(p.event_ids, p.checkpoints.tolist()))
+    return any((p.event_ids.empty() & p.checkpoints).any() for p in parts)

@@ -52,6 +52,7 @@ from pipelines.kafka.consumer import KafkaMessage, StopRule
 from pipelines.records.columnar import (ColumnarEvent, EventColumns, EventRows, LabelledEvent, prediction_keys_of,
                                         prediction_values)
 from pipelines.records.labels import EarlyLabel, Matched, PendingStore, Source, Waiting
+from pipelines.records.strings import Strings
 from pipelines.records.predictions import (ProgressiveMetrics, labelled_prediction, millis, prediction_key,
                                            prediction_record, reading_arrays, readings)
 
@@ -63,7 +64,7 @@ class Slices(NamedTuple):
     of a model, as CSR rows (a row may be empty: every shard sees every event)."""
 
     first: int  # sequence number of row 0
-    event_ids: list[str]
+    event_ids: Strings
     indptr: np.ndarray
     coords: np.ndarray  # global coordinates owned by the shard (bias = coordinate 0)
     values: np.ndarray
@@ -157,7 +158,7 @@ class Router:
             ids = items.event_ids()
             self.offsets.update(items.covered())
         else:
-            ids = [e["id"] for _, e in items]
+            ids = Strings.of(e["id"] for _, e in items)
             indptr, indices, data, y = self._rows([e for _, e in items])
         coords = indices.astype(np.int64) + self.bias
         learning = ~np.isnan(y)
@@ -212,7 +213,7 @@ class Router:
             key = (o["topic"], int(o["partition"]))
             self.offsets[key] = max(self.offsets.get(key, 0), int(o["offset"]))
 
-    def _split(self, per_shard, event_ids: list[str], indptr: np.ndarray, coords: np.ndarray, values: np.ndarray,
+    def _split(self, per_shard, event_ids: Strings, indptr: np.ndarray, coords: np.ndarray, values: np.ndarray,
                learning: np.ndarray, heads: list) -> None:
         """CSR rows (global coordinates) as the next sequence numbers, one
         Slices per shard (shard 0's with the heads), with numpy over the
@@ -299,7 +300,7 @@ class Flight(NamedTuple):
     awaits the feedback of; popped when the last one's is applied."""
 
     first: int  # sequence number of row 0
-    event_ids: list[str]
+    event_ids: Strings
     indptr: np.ndarray  # row offsets into slots and values
     slots: np.ndarray
     values: np.ndarray
@@ -390,10 +391,10 @@ class ShardRunner:
 
     def _feedback(self, part: FeedbackColumns, on_cut) -> list[Partials]:
         out = []
-        ids, seqs, cuts, i = part.event_ids, part.seqs.tolist(), part.checkpoints.tolist(), 0
+        control, seqs, cuts, i = part.event_ids.empty().tolist(), part.seqs.tolist(), part.checkpoints.tolist(), 0
         while i < len(seqs):
             seq = seqs[i]
-            if not ids[i]:  # a control record of the feedback reader (FeedbackWatch)
+            if control[i]:  # a control record of the feedback reader (FeedbackWatch)
                 if cuts[i]:  # end of input: nothing more will come
                     self.give_up_all()
                     if on_cut is not None and self.applied:
@@ -409,24 +410,24 @@ class ShardRunner:
             if seq > self.predicted:
                 self.unexpected += 1  # feedback for an event this shard never predicted
                 log.warning("shard %d: feedback for event #%d (%s) it has not predicted; ignored",
-                            self.shard_no, seq, ids[i])
+                            self.shard_no, seq, part.event_ids[i])
                 i += 1
                 continue
             while self.applied + 1 < seq:  # the feedback of events before it never came
                 flight = self.in_flight[0]
                 self._give_up(flight, min(seq, flight.last + 1))
-            end = self._run(ids, seqs, cuts, i)
+            end = self._run(control, seqs, cuts, i)
             self._apply(part, i, end)
             if cuts[end - 1] and on_cut is not None:
                 on_cut(seqs[end - 1])
             i = end
         return out
 
-    def _run(self, ids: list[str], seqs: list[int], cuts: list[bool], i: int) -> int:
+    def _run(self, control: list[bool], seqs: list[int], cuts: list[bool], i: int) -> int:
         """The end of the run of events from row i on that one update call
         applies: consecutive events of the oldest flight, up to a cut."""
         last, seq, end = self.in_flight[0].last, seqs[i], i + 1
-        while end < len(seqs) and seq < last and not cuts[end - 1] and ids[end] and seqs[end] == seq + 1:
+        while end < len(seqs) and seq < last and not cuts[end - 1] and not control[end] and seqs[end] == seq + 1:
             seq, end = seq + 1, end + 1
         return end
 
@@ -617,12 +618,12 @@ def _prediction_records(loss: str, model: str, heads, versions: np.ndarray, scor
             in enumerate(zip(heads, versions.tolist(), scores.tolist(), losses.tolist()))]
 
 
-def _head_columns(heads) -> tuple[list[str], np.ndarray, np.ndarray]:
+def _head_columns(heads) -> tuple[Strings, np.ndarray, np.ndarray]:
     """(event ids, partitions, offsets) of a run's heads: (Position, event)
     pairs, or an :class:`EventRows` read as its arrays."""
     if isinstance(heads, EventRows):
         return heads.event_ids(), np.full(len(heads), heads.source[1], np.int64), heads.offsets
-    return ([e["id"] for _, e in heads], np.array([p.partition for p, _ in heads], np.int64),
+    return (Strings.of(e["id"] for _, e in heads), np.array([p.partition for p, _ in heads], np.int64),
             np.array([p.offset for p, _ in heads], np.int64))
 
 
@@ -746,7 +747,7 @@ class Combiner:
         self.scalars = dict(zip(self.algorithm.scalar_names, globs[-1].tolist()))
         return versions
 
-    def _feedback(self, ids: list[str], partitions, offsets, g: np.ndarray, learned: np.ndarray,
+    def _feedback(self, ids: Strings, partitions, offsets, g: np.ndarray, learned: np.ndarray,
                   globs: np.ndarray) -> FeedbackColumns:
         """The Feedback of the last ``len(ids)`` events of the sequence."""
         n = len(ids)
@@ -770,7 +771,7 @@ class Combiner:
         return Run(prediction_keys_of(heads), values, feedback, functools.partial(_prediction_records, self.loss, self.model, heads,
                                                              versions, yhats, losses, now_ms))
 
-    def _hold(self, ids: list[str], heads, versions, scores, now_ms: float) -> None:
+    def _hold(self, ids: Strings, heads, versions, scores, now_ms: float) -> None:
         """Keep each unlabelled event's prediction for its label to come."""
         for i, (pos, event) in enumerate(heads):
             if event.get("label") is None:
@@ -787,8 +788,8 @@ class Combiner:
             self.predicted.pop(event_id, None)
         yhats, _, g, learned, globs = rows
         self._advance(learned, globs)
-        feedback = self._feedback([match.event_id], [label_partition(msg.partition)], [msg.offset], g, learned,
-                                  globs)
+        feedback = self._feedback(Strings.of([match.event_id]), [label_partition(msg.partition)], [msg.offset], g,
+                                  learned, globs)
         arrived = self.predicted.pop(match.event_id, None)
         if arrived is None:  # not held (a part lost with its cut): the prediction made now stands in
             log.warning("model %r: no prediction held for event %r; its loss is that of the model now",
@@ -820,7 +821,7 @@ def state_classes() -> tuple[type, ...]:
 
     return (Router, ShardRunner, Combiner, PartialTable, Cadence, Flight, Slices, Partials, LateHead,
             Shard, LearnerState, ProgressiveMetrics, PendingStore, Waiting, EarlyLabel, Matched, Source, KafkaMessage,
-            Position, ColumnarEvent, LabelledEvent, EventColumns, EventRows, OrderedDict)
+            Position, ColumnarEvent, LabelledEvent, EventColumns, EventRows, Strings, OrderedDict)
 
 
 class FeedbackWatch(StopRule):

@@ -7,6 +7,7 @@ import pytest
 
 from pipelines.records import feedback as fb
 from pipelines.records.feedback import FeedbackColumns, end_markers, feedback_batches, feedback_records
+from pipelines.records.strings import Strings
 from schemas.codec import Codec, DecodeError
 from schemas.reasons import WRONG_RECORD_TYPE
 
@@ -92,7 +93,8 @@ def random_columns(rng, n: int, width: int, m: int) -> FeedbackColumns:
     labels-topic (negative) partitions, offsets past 2^32, extreme doubles."""
     ids = [("é" * int(rng.integers(0, 3)) + f"e{i}") if i % 11 else "" for i in range(n)]
     g = rng.standard_normal((n, width)) * 10.0 ** rng.integers(-300, 300, (n, width))
-    return FeedbackColumns("mødel", "r1", ids, rng.integers(0, 1 << 62, n), rng.integers(-(1 << 31), 1 << 31, n),
+    return FeedbackColumns("mødel", "r1", Strings.of(ids), rng.integers(0, 1 << 62, n),
+                           rng.integers(-(1 << 31), 1 << 31, n),
                            rng.integers(-1, 1 << 62, n), rng.random(n) < 0.6, g, [f"s{j}" for j in range(m)],
                            rng.standard_normal((n, m)), rng.random(n) < 0.1)
 

@@ -11,6 +11,7 @@ import pytest
 
 import pipelines.records.feedback as fb
 from pipelines.records.feedback import FeedbackColumns, FeedbackReader, feedback_batches, feedback_parts
+from pipelines.records.strings import Strings
 from schemas.codec import Codec, DecodeError
 
 
@@ -22,7 +23,7 @@ def random_batch(rng, n=None) -> dict:
     g[rng.random((n, width)) < 0.1] = rng.choice(special)
     columns = FeedbackColumns(
         rng.choice(["default", "ctr-π", ""]), f"run-{rng.integers(1 << 40)}",
-        [rng.choice(["", "e", "événement-", "事件"]) + str(i) for i in range(n)],
+        Strings.of(rng.choice(["", "e", "événement-", "事件"]) + str(i) for i in range(n)),
         rng.integers(-(1 << 62), 1 << 62, n), rng.integers(-(1 << 31), 1 << 31, n),
         rng.integers(-(1 << 62), 1 << 62, n), rng.random(n) < 0.7, g, names,
         rng.normal(size=(n, len(names))), rng.random(n) < 0.2)
