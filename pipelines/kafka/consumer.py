@@ -42,7 +42,7 @@ import time
 import uuid
 from typing import Iterator, NamedTuple, Optional
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, TopicPartition
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException, TopicPartition
 
 from .group_offsets import committed_offsets
 from .health import quiet, with_error_reporting
@@ -214,9 +214,24 @@ def _start_offsets(consumer, topic, partitions, given, group_id, timeout) -> dic
                 starts[tp.partition] = tp.offset
     for p in partitions:
         if p not in starts:
-            low, _high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout, cached=False)
-            starts[p] = max(0, low)
+            starts[p] = max(0, _log_start(consumer, TopicPartition(topic, p), timeout))
     return starts
+
+
+# A topic just made (or a leader just moved) answers these until its metadata settles.
+_LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+
+
+def _log_start(consumer, tp: TopicPartition, timeout: float) -> int:
+    """The partition's first offset, asked again while its leader is moving, up to ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)[0]
+        except KafkaException as exc:
+            if exc.args[0].code() not in _LEADER_MOVING or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
 
 
 def resolve_ranges(bootstrap: str, topic: str, *, bounded: bool, group_id: Optional[str] = None,
