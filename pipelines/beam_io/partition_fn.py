@@ -185,11 +185,18 @@ class ReadPartitionFn(beam.DoFn):
         rule = self._rule(spec)
         call = _Call(rng.start, watermark.current_watermark())
         deadline = time.monotonic() + self._checkpoint_seconds
+        linger = rule.linger_seconds if rule is not None and self._unbounded else 0.0
+        lingering_until = 0.0  # after a batch: keep polling at the end until then before deferring
         while True:
             stop = tracker.current_restriction().stop
             want = self._max_batch if stop >= UNBOUNDED_STOP else max(1, min(self._max_batch, stop - call.next_offset))
-            polled = reader.poll(want, self._poll_timeout)
+            wait = self._poll_timeout
+            if lingering_until:
+                wait = min(wait, max(0.0, lingering_until - time.monotonic()))
+            polled = reader.poll(want, wait)
             batch, refused = self._claim(tracker, polled.batch, call.next_offset)
+            if batch and linger:
+                lingering_until = time.monotonic() + linger
             if batch:
                 newest_ts = polled.newest_ts if batch is polled.batch else max(km.timestamp_ms for km in batch)
                 yield from self._emit(call, batch, newest_ts, bundle_finalizer, watermark, topic, partition)
@@ -208,7 +215,8 @@ class ReadPartitionFn(beam.DoFn):
             # Every data message returned was claimed: the consumer continues
             # exactly where a residual restriction would start.
             reader.position = call.next_offset
-            if self._finished_or_deferred(tracker, call, polled, batch, deadline):
+            if self._finished_or_deferred(tracker, call, polled, batch, deadline,
+                                          lingering=time.monotonic() < lingering_until):
                 return
 
     @staticmethod
@@ -260,9 +268,11 @@ class ReadPartitionFn(beam.DoFn):
         beat = [] if batch else rule.heartbeat(topic, partition)
         return False, [beat] if beat else []
 
-    def _finished_or_deferred(self, tracker, call: _Call, polled, batch: list, deadline: float) -> bool:
+    def _finished_or_deferred(self, tracker, call: _Call, polled, batch: list, deadline: float,
+                              lingering: bool = False) -> bool:
         """True when this call should return: the restriction is done, the
-        partition is idle (unbounded: resume later), or reading time is up."""
+        partition is idle (unbounded: resume later, unless ``lingering`` after
+        a batch, see StopRule.linger_seconds), or reading time is up."""
         # With a gap at the end (e.g. transaction markers) the fetch position
         # reported by EOF is past the last message; an EOF event follows every
         # message before it, so no message lies between next_offset and eof_at.
@@ -272,7 +282,7 @@ class ReadPartitionFn(beam.DoFn):
             tracker.try_claim(stop)  # refused; marks the restriction done
             return True
         idle = not batch and (polled.reached_end or not polled.answered)
-        if idle and self._unbounded:
+        if idle and self._unbounded and not lingering:
             self._idle_checkpoints.inc()
             tracker.defer_remainder(Duration(micros=int(self._poll_timeout * 1e6)))
             return True

@@ -81,6 +81,13 @@ class StopRule:
     emitting ``last_batch()`` if it is not empty (a closing message of the
     rule's own making, e.g. an end-of-input marker for what follows)."""
 
+    linger_seconds: float = 0.0
+    """How long an unbounded read keeps polling at the end of its partition
+    after a batch before it defers (an SDF checkpoint): for a partition whose
+    messages answer what the pipeline itself has just written (sharded
+    mode's feedback), the answer comes within a Kafka round trip, where a
+    deferral costs a runner's bundle."""
+
     def observe(self, batch: list) -> bool:
         return False
 

@@ -844,8 +844,9 @@ class FeedbackWatch(StopRule):
     """
 
     def __init__(self, run_id: str, heartbeat_seconds: float, targets: dict[int, tuple[int, int]] | None = None,
-                 idle_timeout: float = 60.0, registry=None):
+                 idle_timeout: float = 60.0, registry=None, linger_seconds: float = 0.0):
         self.run_id, self.heartbeat_seconds, self.registry = run_id, heartbeat_seconds, registry
+        self.linger_seconds = linger_seconds
         self.targets = None if targets is None else {p: (a, b) for p, (a, b) in targets.items() if b > a}
         self.idle_timeout = idle_timeout
         self._seen: dict[int, np.ndarray] | None = None

@@ -452,3 +452,47 @@ def test_write_to_an_invalid_topic_raises(kafka_bootstrap):
 def test_reading_a_missing_topic_raises(kafka_bootstrap, topic_name, tmp_path):
     with pytest.raises(Exception, match="not available"):
         _run_read(tmp_path, kafka_bootstrap, topic_name + "-missing", resolve_timeout=5)
+
+
+@pytest.mark.parametrize("linger", [0.0, 3.0])
+def test_an_unbounded_read_lingers_at_the_end_after_a_batch_when_its_rule_asks(kafka_bootstrap, topic_name, linger):
+    """A rule's ``linger_seconds`` (sharded mode's feedback reader) keeps the
+    call polling at the end of the partition after a batch: a message that
+    comes meanwhile is emitted by the same call. Without it the call defers
+    as soon as the partition is idle, and the message waits for the next."""
+    from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+    from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
+    from apache_beam.runners.sdf_utils import RestrictionTrackerView, ThreadsafeRestrictionTracker
+
+    from pipelines.beam_io.partition_fn import PartitionSpec, UnboundedReadPartitionFn
+    from pipelines.kafka.consumer import UNBOUNDED_STOP, StopRule
+
+    class Lingering(StopRule):
+        linger_seconds = linger
+
+    class Finalizer:
+        def register(self, cb):
+            pass
+
+    _create_topic(kafka_bootstrap, topic_name, partitions=1)
+    _produce(kafka_bootstrap, topic_name, range(10), partitions=1)
+    fn = UnboundedReadPartitionFn(kafka_bootstrap, None, None, max_batch=100, poll_timeout=0.2,
+                                  checkpoint_seconds=30, unbounded=True)
+    fn.setup()
+    tracker = ThreadsafeRestrictionTracker(OffsetRestrictionTracker(OffsetRange(0, UNBOUNDED_STOP)))
+    late = threading.Timer(0.5, _produce, (kafka_bootstrap, topic_name, [10], 1))
+    got, started = [], time.monotonic()
+    for k, out in enumerate(fn.process(PartitionSpec(topic_name, 0, 0, UNBOUNDED_STOP, Lingering()), Finalizer(),
+                                       RestrictionTrackerView(tracker), ManualWatermarkEstimator(None))):
+        got.extend(m.offset for m in out.value)
+        if k == 0:
+            late.start()  # once the first batch is out
+    took = time.monotonic() - started
+    late.join()
+    fn.teardown()
+    _residual, deferred = tracker.deferred_status()
+    assert deferred is not None  # the call ended by deferring, idle, either way
+    if linger:
+        assert got == list(range(11)) and took >= 0.5 + linger
+    else:
+        assert got == list(range(10)) and took < 0.5
