@@ -366,9 +366,12 @@ class CombineStep(_Sharded, beam.DoFn):
     produces the Predictions and the Feedback records itself, and asks for a
     checkpoint cut every N events / T seconds by marking a feedback record.
 
-    Each batch's predictions are acknowledged by Kafka before its feedback
-    is sent, so no shard applies an update (and no cut covers an event)
-    whose prediction could still be lost."""
+    Predictions are acknowledged by Kafka before a feedback record that
+    marks a checkpoint cut is sent, and at the end of every bundle, so no
+    cut (and no runner checkpoint, taken between bundles) covers an event
+    whose prediction could still be lost. Other feedback goes out at once:
+    a shard that applied it before a crash loses that state too, and the
+    run restarts from the last cut."""
 
     def setup(self):
         super().setup()
@@ -412,7 +415,6 @@ class CombineStep(_Sharded, beam.DoFn):
         encode = functools.partial(self.codec.encode, "scinol.Prediction", topic=topic)
         for run in runs:
             self.predictions.produce_values(run.encoded(encode), keys=run.keys)
-        self.predictions.flush()
         n = sum(len(run) for run in runs)
         combiner.cadence.since += n
         if combiner.predicted is not None:
@@ -420,6 +422,8 @@ class CombineStep(_Sharded, beam.DoFn):
         elif self.store is not None and combiner.cadence.due(self.cfg):
             runs[-1].feedback.checkpoints[-1] = True
             combiner.cadence.restart()
+        if any(run.feedback.checkpoints.any() for run in runs):
+            self.predictions.flush()  # before the cut's feedback: see the class docstring
         self._send_feedback(model, runs)
         self.predicted.inc(n)
 
