@@ -186,7 +186,7 @@ class ReadPartitionFn(beam.DoFn):
         call = _Call(rng.start, watermark.current_watermark())
         deadline = time.monotonic() + self._checkpoint_seconds
         linger = rule.linger_seconds if rule is not None and self._unbounded else 0.0
-        lingering_until = 0.0  # after a batch: keep polling at the end until then before deferring
+        lingering_until = 0.0  # from a batch read (its steps fused after the read included): poll on until then
         while True:
             stop = tracker.current_restriction().stop
             want = self._max_batch if stop >= UNBOUNDED_STOP else max(1, min(self._max_batch, stop - call.next_offset))
@@ -195,9 +195,9 @@ class ReadPartitionFn(beam.DoFn):
                 wait = min(wait, max(0.0, lingering_until - time.monotonic()))
             polled = reader.poll(want, wait)
             batch, refused = self._claim(tracker, polled.batch, call.next_offset)
-            if batch and linger:
-                lingering_until = time.monotonic() + linger
             if batch:
+                if linger:
+                    lingering_until = time.monotonic() + linger
                 newest_ts = polled.newest_ts if batch is polled.batch else max(km.timestamp_ms for km in batch)
                 yield from self._emit(call, batch, newest_ts, bundle_finalizer, watermark, topic, partition)
             if rule is not None:

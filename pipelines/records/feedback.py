@@ -211,8 +211,8 @@ class FeedbackReader:
         return self.codec.decode(value, expected="scinol.FeedbackBatch")
 
     def columns(self, value) -> FeedbackColumns:
-        """:meth:`decode` as :class:`FeedbackColumns`: arrays, no Python
-        object per event but its id, so cheap to pass between Beam steps."""
+        """:meth:`decode` as :class:`FeedbackColumns`: arrays (the ids one
+        buffer), no Python object per event, so cheap to pass between Beam steps."""
         columns = self._compiled(value)
         if columns is not None:
             return columns
