@@ -17,7 +17,7 @@ from learners import OnlineLearner
 from learners.interactions import NamespacedRows
 from learners.losses import losses_of, prepare_labels
 from pipelines.records.dead_letters import dead_letter
-from pipelines.records.columnar import EventRows, prediction_values
+from pipelines.records.columnar import EventRows, labelled_values, prediction_values
 from pipelines.records.events import learner_rows
 from pipelines.records.labels import PendingStore, Source, Waiting
 from pipelines.records.predictions import (ProgressiveMetrics, labelled_prediction, millis, prediction_record,
@@ -168,10 +168,14 @@ class ModelRunner:
         items = self.fresh(items)
         if not items:
             return None
-        if isinstance(items, EventRows) and self.pending is None:  # the arrays, no object per event
-            events, gathered = items, items.learner_rows(self.learner)
+        gathered = items.learner_rows(self.learner) if isinstance(items, EventRows) else None
+        if gathered is not None or isinstance(items, EventRows) and self.pending is None:
+            # the arrays, no object per event (but one per early label)
+            events = items
             rows, y = gathered if gathered is not None else learner_rows(_records(items), self.learner)
             weights = items.weights()
+            if self.pending is not None:
+                events, y, weights = self._take_early_labels(items, y, weights)
         else:
             events = [e for _, e in items]
             if self.pending is not None:
@@ -184,13 +188,50 @@ class ModelRunner:
         now_ms = time.time() * 1000.0
         labelled = ~np.isnan(y)
         versions = version + np.concatenate([[0], np.cumsum(labelled)[:-1]])
-        if self.pending is not None:
+        if self.pending is not None and isinstance(items, EventRows):
+            self._hold_unlabelled_rows(items, labelled, versions, now_ms, scores, rows)
+        elif self.pending is not None:
             self._hold_unlabelled(items, events, versions, now_ms, scores, rows)
         self._covered(items)
         self.metrics.count(scores, y, losses)
         self.events += len(items)
         self._since_checkpoint += len(items)
         return items, events, {"scores": scores, "versions": versions, "losses": losses, "now_ms": now_ms}
+
+    def _take_early_labels(self, items: EventRows, y: np.ndarray, weights: np.ndarray | None):
+        """(events, y, weights) of ``items`` with the labels that came before
+        their events put in (as :meth:`PendingStore.with_early_label` does
+        event by event): the EventRows itself when none did."""
+        cols, at = items.cols, items.rows
+        taken = self.pending.take_early_labels(items.event_ids(), cols.timestamp[at], ~cols.has_label[at])
+        if not taken:
+            return items, y, weights
+        events, y = _records(items), y.copy()
+        weights = np.ones(len(items)) if weights is None else weights.copy()
+        for i, early in taken:
+            own = early.weight != early.weight  # NaN: the label brings no weight, the event's stays
+            events[i] = events[i].with_label(early.label, None if own else early.weight)
+            y[i] = early.label
+            weights[i] = weights[i] if own else early.weight
+        return events, y, weights
+
+    def _hold_unlabelled_rows(self, items: EventRows, labelled: np.ndarray, versions, now_ms, scores, rows) -> None:
+        """:meth:`_hold_unlabelled` for an EventRows: each unlabelled event's
+        fields read from the batch's arrays, not from a record per event."""
+        indptr, indices, data = rows[:3]
+        spaces = rows[3] if len(rows) > 3 else None
+        cols, at = items.cols, items.rows
+        wait = np.flatnonzero(~labelled)
+        topic, partition = items.source
+        fields = zip(wait.tolist(), items.event_ids().take(wait).tolist(), cols.timestamp[at[wait]].tolist(),
+                     versions[wait].tolist(), np.where(cols.has_weight[at[wait]], cols.weight[at[wait]], 1.0).tolist(),
+                     items.offsets[wait].tolist())
+        for i, event_id, ts, version, weight, offset in fields:
+            lo, hi = indptr[i], indptr[i + 1]
+            self.pending.add_event(event_id, Waiting(
+                ts, version, now_ms - ts, scores[i].copy(), indices[lo:hi].copy(), data[lo:hi].copy(), weight,
+                Source(topic, partition, offset, items.keys[i]), None if spaces is None else spaces[lo:hi].copy()))
+        self.pending.expire()
 
     def _hold_unlabelled(self, items, events, versions, now_ms, scores, rows) -> None:
         indptr, indices, data = rows[:3]
@@ -210,6 +251,38 @@ class ModelRunner:
         record) pairs), in order; returns (the labelled Prediction records,
         with the predictions made when the events arrived; their Kafka keys;
         the label message each answers; dead letters of labels that cannot be used)."""
+        matched, keys, answering, dead, learned = self._learn_labels(items)
+        if not matched:
+            return [], keys, answering, dead
+        scores, losses = learned
+        prob, klass = readings(self.learner.loss, scores)
+        out = [labelled_prediction(m.event_id, self.model, m.event, m.label, losses[i], prob[i], klass[i])
+               for i, m in enumerate(matched)]
+        return out, keys, answering, dead
+
+    def process_labels_encoded(self, items: list[tuple], codec: Codec,
+                               topic: str | None) -> tuple[list[bytes], list[bytes], list, list[dict]]:
+        """:meth:`process_labels`, the Prediction records encoded for ``topic``
+        as ``codec.encode`` encodes them; in one compiled call
+        (:func:`pipelines.records.columnar.labelled_values`) unless that cannot
+        give the same bytes, then record by record."""
+        matched, keys, answering, dead, learned = self._learn_labels(items)
+        if not matched:
+            return [], keys, answering, dead
+        scores, losses = learned
+        prob, klass = reading_arrays(self.learner.loss, scores)
+        values = labelled_values(codec, topic, self.model, matched, scores, losses, prob, klass)
+        if values is None:
+            prob, klass = readings(self.learner.loss, scores)
+            values = [codec.encode("scinol.Prediction", labelled_prediction(
+                          m.event_id, self.model, m.event, m.label, losses[i], prob[i], klass[i]), topic)
+                      for i, m in enumerate(matched)]
+        return values, keys, answering, dead
+
+    def _learn_labels(self, items: list[tuple]):
+        """Match the labels of ``items`` to their events and learn from them:
+        (the matches, their Kafka keys, the label message each answers, dead
+        letters, and (scores on arrival, losses) of the matches)."""
         items = self.fresh(items)
         matched, answering = [], []
         for msg, record in items:
@@ -219,16 +292,17 @@ class ModelRunner:
                 matched.append(match)
                 answering.append(msg)
         self.pending.expire()
-        out = self._learn_matched(matched) if matched else []
+        learned = self._learn_matched(matched) if matched else None
         keys = [m.event.source.key if m.event.source is not None and m.event.source.key is not None
                 else m.event_id.encode() for m in matched]
         self._covered(items)
         self.labels_learned += len(matched)
         self._since_checkpoint += len(items)
         dead = [dead_letter(msg, reason, detail) for msg, reason, detail in self.pending.drain_unmatched()]
-        return out, keys, answering, dead
+        return matched, keys, answering, dead, learned
 
-    def _learn_matched(self, matched) -> list[dict]:
+    def _learn_matched(self, matched) -> tuple[np.ndarray, np.ndarray]:
+        """Learn from the matched events; (their scores on arrival, losses)."""
         rows = [m.event for m in matched]
         indptr = np.concatenate([[0], np.cumsum([w.indices.shape[0] for w in rows])]).astype(np.int64)
         indices = np.concatenate([w.indices for w in rows]).astype(np.int64)
@@ -245,9 +319,7 @@ class ModelRunner:
         scores = np.array([w.scores for w in rows])  # the predictions made when the events arrived
         losses = losses_of(self.learner.loss, y, scores, self.learner.loss_param)
         self.metrics.count(scores, y, losses)
-        prob, klass = readings(self.learner.loss, scores)
-        return [labelled_prediction(m.event_id, self.model, m.event, m.label, losses[i], prob[i], klass[i])
-                for i, m in enumerate(matched)]
+        return scores, losses
 
     def approx_bytes(self) -> int:
         """About how much memory this model holds (its learner's arrays and the

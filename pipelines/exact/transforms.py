@@ -145,8 +145,12 @@ class LearnModels(beam.DoFn):
         model, items = element
         runner = self._runner(model, saved, generation)
         if isinstance(items, LabelBatch):
-            predictions, keys, answering, dead = runner.process_labels(items)
-            predictions = self._encoded(predictions)
+            if self.cfg.columnar_encode:
+                predictions, keys, answering, dead = runner.process_labels_encoded(items, self.codec,
+                                                                                   self.cfg.predictions_topic)
+            else:
+                predictions, keys, answering, dead = runner.process_labels(items)
+                predictions = self._encoded(predictions)
             self._dead_letters(dead)
         else:
             fresh = runner.fresh(items)

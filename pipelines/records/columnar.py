@@ -671,5 +671,40 @@ def prediction_values(codec: Codec, topic: str | None, model: str, items: list, 
             predicted_class=klass, source_topic=topics.pop(), source_partition=partitions, source_offset=offsets)
     except EncodeError:
         return None
-    raw, at = out.tobytes(), offsets.tolist()
+    return _split(out, offsets)
+
+
+def labelled_values(codec: Codec, topic: str | None, model: str, matched: list, scores: np.ndarray,
+                    losses: np.ndarray, probability, klass) -> list[bytes] | None:
+    """The Kafka values of ``labelled_prediction(m.event_id, model, m.event,
+    m.label, losses[i], probability[i], klass[i])`` for each match ``m`` of
+    ``matched`` (:class:`pipelines.records.labels.Matched`: a late label and
+    its held event), byte for byte as ``codec.encode`` writes them, made in
+    one compiled call; None when that call cannot make the same bytes (held
+    events read from several topics or from none, or see :func:`prediction_values`)."""
+    from schemas.codec import EncodeError
+
+    held = [m.event for m in matched]
+    sources = [w.source for w in held]
+    if None in sources or len({s.topic for s in sources}) != 1:
+        return None
+    n, ids = len(matched), Strings.of(m.event_id for m in matched)
+    try:
+        out, offsets = encode_predictions(
+            codec, topic, buf=ids.buf, id_start=ids.starts, id_end=ids.ends, model=model,
+            model_version=np.fromiter((w.version for w in held), np.int64, n), scores=scores,
+            label=np.fromiter((m.label for m in matched), np.float64, n), has_label=np.ones(n, np.bool_),
+            loss=losses, event_timestamp=np.fromiter((w.ts_ms for w in held), np.int64, n),
+            latency_ms=np.fromiter((w.latency_ms for w in held), np.float64, n), probability=probability,
+            predicted_class=klass, source_topic=sources[0].topic,
+            source_partition=np.fromiter((s.partition for s in sources), np.int64, n),
+            source_offset=np.fromiter((s.offset for s in sources), np.int64, n))
+    except EncodeError:
+        return None
+    return _split(out, offsets)
+
+
+def _split(buf: np.ndarray, offsets: np.ndarray) -> list[bytes]:
+    """Record i of an encoded batch is ``buf[offsets[i]:offsets[i + 1]]``."""
+    raw, at = buf.tobytes(), offsets.tolist()
     return [raw[a:b] for a, b in zip(at[:-1], at[1:])]

@@ -39,6 +39,7 @@ from pipelines.kafka.consumer import KafkaMessage
 from schemas.reasons import BAD_LABEL, LABEL_DUPLICATE, LABEL_EXPIRED, LABEL_UNKNOWN_EVENT
 
 from .predictions import millis
+from .strings import Strings
 from .validation import check_label_and_weight
 
 LABELLED, EXPIRED, TOO_LATE = 1, 2, 3  # what happened to an event that left the store
@@ -127,6 +128,24 @@ class PendingStore:
             return None
         self._forget(event_id, LABELLED)
         return early
+
+    def take_early_labels(self, ids: Strings, ts_ms: np.ndarray, unlabelled: np.ndarray) -> list[tuple[int, EarlyLabel]]:
+        """:meth:`take_early_label` for each event of a batch, in order, where
+        ``unlabelled`` (the others take none): (position, label) of those that
+        got one. ``ids`` and ``ts_ms`` are the batch's, as arrays; no id is
+        made a Python string unless a label waits."""
+        at = np.flatnonzero(unlabelled)
+        if at.size == 0:
+            return []
+        self.event_clock = max(self.event_clock, int(ts_ms[at].max()))
+        if not self.labels:
+            return []
+        taken = []
+        for i, event_id, ts in zip(at.tolist(), ids.take(at).tolist(), ts_ms[at].tolist()):
+            early = self.take_early_label(event_id, int(ts))
+            if early is not None:
+                taken.append((i, early))
+        return taken
 
     def with_early_label(self, event: dict) -> dict:
         """``event`` with the label that came before it, if one did in time

@@ -208,3 +208,77 @@ def test_labels_that_came_first_keep_the_columns_and_learn_as_records_do(loss, n
     assert sum(p["label"] is not None for p in outputs[1]) == 100
     a, b = (r.learner.state.arrays for r in runners)
     assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("loss,n_classes", LOSSES)
+def test_event_rows_with_late_labels_give_what_records_give(loss, n_classes):
+    """Exact mode's arrays path with a labels topic (EventRows batches, their
+    predictions and the labelled ones encoded in one call each) against the
+    record path, fed the same events and labels: labels that come first
+    (with and without a weight), one too late for its event, one for no
+    event, one twice, and the rest one batch after their events. The same
+    bytes (latency aside: each runner reads the clock), dead letters, events
+    left waiting and model."""
+    from pipelines.kafka.consumer import KafkaMessage
+    from pipelines.records.columnar import EventRows
+
+    rng = np.random.default_rng(7)
+    truth = random_events(rng, 256, "sparse", n_classes, loss)
+    truth[2]["timestamp"] -= 10**8  # long before the others: its label, too late for it, moves no clock past them
+    records = [{**r, "label": None} if i % 3 else r for i, r in enumerate(truth)]
+    values = [CODEC.encode("scinol.Event", r) for r in records]
+    messages = [KafkaMessage("events", 1, 500 + i, 0, None if i % 5 else b"k%d" % i, v) for i, v in enumerate(values)]
+
+    def label(i: int, offset: int, late_ms: int = 1000, weight=None):
+        value = truth[i]["label"] if truth[i]["label"] is not None else (1.0 if n_classes is None else 0.0)
+        return (KafkaMessage("labels", 0, offset, 0, None, b""),
+                {"event_id": truth[i]["id"], "model": "m", "label": value,
+                 "timestamp": truth[i]["timestamp"] + late_ms, "weight": weight})
+
+    first = [label(i, i, weight=None if i % 2 else 2.5) for i in range(1, 60, 3)]
+    first.append(label(2, 99, late_ms=10**7))  # more than the TTL after its event
+    first.append((KafkaMessage("labels", 0, 100, 0, None, b""),
+                  {"event_id": "nobody", "model": "m", "label": 1.0, "timestamp": 0, "weight": None}))
+    settings = LabelSettings("labels", 3.6e6, 10_000)
+    make = lambda: make_learner("scinol2", loss, n_classes=n_classes)  # noqa: E731
+    plain, fast = ModelRunner("m", make, labels=settings), ModelRunner("m", make, labels=settings)
+    outputs = {"plain": [], "fast": []}
+
+    def feed_labels(items):
+        got, keys, answering, dead = plain.process_labels(items)
+        outputs["plain"] += [CODEC.encode("scinol.Prediction", r, TOPIC) for r in got] + keys + dead_reasons(dead)
+        got, keys, answering, dead = fast.process_labels_encoded(items, CODEC, TOPIC)
+        outputs["fast"] += got + keys + dead_reasons(dead)
+
+    feed_labels(first)
+    offset = 200
+    for lo in range(0, 256, 64):
+        part = messages[lo:lo + 64]
+        cols = EventDecoder(CODEC, loss, n_classes).decode([m.value for m in part])
+        (_, rows), = EventRows.split(cols, np.ones(len(part), bool), part)
+        outputs["plain"] += [CODEC.encode("scinol.Prediction", r, TOPIC) for r in plain.process(list(rows))]
+        outputs["fast"] += fast.process_encoded(rows, CODEC, TOPIC)
+        later = [label(i, offset + k) for k, i in enumerate(range(lo, lo + 64)) if i % 3 and (i % 3 != 1 or i >= 60)]
+        later.append(label(lo + 1, offset + 64))  # labelled twice (or once, after it came first)
+        offset += 65
+        feed_labels(later)
+    assert len(outputs["fast"]) == len(outputs["plain"])
+    for want, got in zip(outputs["plain"], outputs["fast"]):
+        if isinstance(want, bytes) and want[:1] == b"\0":  # a framed Prediction
+            want, got = CODEC.decode(want), CODEC.decode(got)
+            assert {**want, "latency_ms": 0} == {**got, "latency_ms": 0}
+        else:
+            assert want == got
+    assert fast.labels_learned == plain.labels_learned > 140
+    reasons = [x for x in outputs["fast"] if isinstance(x, str)]
+    assert {"label_duplicate", "label_expired"} <= set(reasons)
+    assert sorted(fast.pending.events) == sorted(plain.pending.events)
+    a, b = plain.pending.to_arrays(), fast.pending.to_arrays()
+    assert all(np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind == "f") for k in a if k != "pending_event_latency")
+    a, b = (r.learner.state.arrays for r in (plain, fast))
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert fast.metrics.as_dict() == plain.metrics.as_dict()
+
+
+def dead_reasons(dead: list[dict]) -> list[str]:
+    return [d["reason"] for d in dead]
