@@ -19,6 +19,7 @@ from learners.losses import losses_of, prepare_labels
 from pipelines.records.dead_letters import dead_letter
 from pipelines.records.columnar import EventRows, labelled_values, prediction_values
 from pipelines.records.events import learner_rows
+from pipelines.records.held import Rows, take_csr
 from pipelines.records.labels import PendingStore, Source, Waiting
 from pipelines.records.predictions import (ProgressiveMetrics, labelled_prediction, millis, prediction_record,
                                            reading_arrays, readings)
@@ -46,6 +47,26 @@ class LabelSettings(NamedTuple):
     topic: str
     ttl_ms: float
     max_pending: int
+
+
+class Learned(NamedTuple):
+    """Held events learned from as their labels came: ids, their rows as
+    held (:class:`pipelines.records.held.Rows`, ``topic`` indexing
+    ``topics``), the labels, the scores predicted on arrival and the losses."""
+    ids: list[str]
+    rows: Rows
+    topics: list[str]
+    labels: list[float]
+    scores: np.ndarray
+    losses: np.ndarray
+
+    def waiting(self, k: int) -> Waiting:
+        """Event k as a :class:`Waiting` (for its Prediction record)."""
+        r, lo, hi = self.rows, self.rows.indptr[k], self.rows.indptr[k + 1]
+        code = int(r.topic[k])
+        source = None if code < 0 else Source(self.topics[code], int(r.partition[k]), int(r.offset[k]), r.keys[k])
+        return Waiting(int(r.ts_ms[k]), int(r.version[k]), float(r.latency_ms[k]), r.scores[k], r.indices[lo:hi],
+                       r.values[lo:hi], float(r.weight[k]), source)
 
 
 class ModelRunner:
@@ -216,21 +237,16 @@ class ModelRunner:
         return events, y, weights
 
     def _hold_unlabelled_rows(self, items: EventRows, labelled: np.ndarray, versions, now_ms, scores, rows) -> None:
-        """:meth:`_hold_unlabelled` for an EventRows: each unlabelled event's
-        fields read from the batch's arrays, not from a record per event."""
-        indptr, indices, data = rows[:3]
-        spaces = rows[3] if len(rows) > 3 else None
-        cols, at = items.cols, items.rows
+        """:meth:`_hold_unlabelled` for an EventRows: the unlabelled events
+        held as columns (:meth:`PendingStore.add_events`), no object per event."""
         wait = np.flatnonzero(~labelled)
-        topic, partition = items.source
-        fields = zip(wait.tolist(), items.event_ids().take(wait).tolist(), cols.timestamp[at[wait]].tolist(),
-                     versions[wait].tolist(), np.where(cols.has_weight[at[wait]], cols.weight[at[wait]], 1.0).tolist(),
-                     items.offsets[wait].tolist())
-        for i, event_id, ts, version, weight, offset in fields:
-            lo, hi = indptr[i], indptr[i + 1]
-            self.pending.add_event(event_id, Waiting(
-                ts, version, now_ms - ts, scores[i].copy(), indices[lo:hi].copy(), data[lo:hi].copy(), weight,
-                Source(topic, partition, offset, items.keys[i]), None if spaces is None else spaces[lo:hi].copy()))
+        cols, at = items.cols, items.rows[wait]
+        indptr, entries = take_csr(rows[0], wait)
+        ts = cols.timestamp[at].astype(np.int64)
+        self.pending.add_events(items.event_ids().take(wait).tolist(), Rows(
+            ts, versions[wait].astype(np.int64), now_ms - ts, np.where(cols.has_weight[at], cols.weight[at], 1.0),
+            scores[wait], indptr, rows[1][entries], rows[2][entries], rows[3][entries] if len(rows) > 3 else None,
+            None, None, None, None), *items.source, items.offsets[wait], [items.keys[i] for i in wait.tolist()])
         self.pending.expire()
 
     def _hold_unlabelled(self, items, events, versions, now_ms, scores, rows) -> None:
@@ -251,14 +267,10 @@ class ModelRunner:
         record) pairs), in order; returns (the labelled Prediction records,
         with the predictions made when the events arrived; their Kafka keys;
         the label message each answers; dead letters of labels that cannot be used)."""
-        matched, keys, answering, dead, learned = self._learn_labels(items)
-        if not matched:
+        learned, keys, answering, dead = self._learn_labels(items)
+        if learned is None:
             return [], keys, answering, dead
-        scores, losses = learned
-        prob, klass = readings(self.learner.loss, scores)
-        out = [labelled_prediction(m.event_id, self.model, m.event, m.label, losses[i], prob[i], klass[i])
-               for i, m in enumerate(matched)]
-        return out, keys, answering, dead
+        return self._labelled_records(learned), keys, answering, dead
 
     def process_labels_encoded(self, items: list[tuple], codec: Codec,
                                topic: str | None) -> tuple[list[bytes], list[bytes], list, list[dict]]:
@@ -266,60 +278,55 @@ class ModelRunner:
         as ``codec.encode`` encodes them; in one compiled call
         (:func:`pipelines.records.columnar.labelled_values`) unless that cannot
         give the same bytes, then record by record."""
-        matched, keys, answering, dead, learned = self._learn_labels(items)
-        if not matched:
+        learned, keys, answering, dead = self._learn_labels(items)
+        if learned is None:
             return [], keys, answering, dead
-        scores, losses = learned
-        prob, klass = reading_arrays(self.learner.loss, scores)
-        values = labelled_values(codec, topic, self.model, matched, scores, losses, prob, klass)
+        prob, klass = reading_arrays(self.learner.loss, learned.scores)
+        values = labelled_values(codec, topic, self.model, learned, prob, klass)
         if values is None:
-            prob, klass = readings(self.learner.loss, scores)
-            values = [codec.encode("scinol.Prediction", labelled_prediction(
-                          m.event_id, self.model, m.event, m.label, losses[i], prob[i], klass[i]), topic)
-                      for i, m in enumerate(matched)]
+            values = [codec.encode("scinol.Prediction", r, topic) for r in self._labelled_records(learned)]
         return values, keys, answering, dead
 
-    def _learn_labels(self, items: list[tuple]):
+    def _labelled_records(self, learned: "Learned") -> list[dict]:
+        prob, klass = readings(self.learner.loss, learned.scores)
+        return [labelled_prediction(event_id, self.model, learned.waiting(k), learned.labels[k], learned.losses[k],
+                                    prob[k], klass[k]) for k, event_id in enumerate(learned.ids)]
+
+    def _learn_labels(self, items: list[tuple]) -> tuple["Learned | None", list[bytes], list, list[dict]]:
         """Match the labels of ``items`` to their events and learn from them:
-        (the matches, their Kafka keys, the label message each answers, dead
-        letters, and (scores on arrival, losses) of the matches)."""
+        (what was learned, None if nothing; the Kafka keys of its
+        predictions; the label message each answers; dead letters)."""
         items = self.fresh(items)
-        matched, answering = [], []
-        for msg, record in items:
-            match = self.pending.add_label(record["event_id"], int(millis(record["timestamp"])), record["label"],
-                                           math.nan if record.get("weight") is None else record["weight"], msg)
-            if match is not None:
-                matched.append(match)
-                answering.append(msg)
+        labels = [(record["event_id"], int(millis(record["timestamp"])), record["label"],
+                   math.nan if record.get("weight") is None else record["weight"], msg) for msg, record in items]
+        found, rows, topics = self.pending.add_labels(labels)
         self.pending.expire()
-        learned = self._learn_matched(matched) if matched else None
-        keys = [m.event.source.key if m.event.source is not None and m.event.source.key is not None
-                else m.event_id.encode() for m in matched]
+        learned = self._learn_matched([labels[k] for k in found], rows, topics) if found else None
         self._covered(items)
-        self.labels_learned += len(matched)
+        self.labels_learned += len(found)
         self._since_checkpoint += len(items)
         dead = [dead_letter(msg, reason, detail) for msg, reason, detail in self.pending.drain_unmatched()]
-        return matched, keys, answering, dead, learned
+        if learned is None:
+            return None, [], [], dead
+        keys = [key if key is not None else event_id.encode() for key, event_id in zip(rows.keys, learned.ids)]
+        return learned, keys, [labels[k][4] for k in found], dead
 
-    def _learn_matched(self, matched) -> tuple[np.ndarray, np.ndarray]:
-        """Learn from the matched events; (their scores on arrival, losses)."""
-        rows = [m.event for m in matched]
-        indptr = np.concatenate([[0], np.cumsum([w.indices.shape[0] for w in rows])]).astype(np.int64)
-        indices = np.concatenate([w.indices for w in rows]).astype(np.int64)
-        data = np.concatenate([w.values for w in rows])
+    def _learn_matched(self, matched: list[tuple], rows: Rows, topics: list[str]) -> "Learned":
+        """Learn from the held events ``rows`` with the labels ``matched``
+        ((event id, timestamp, label, weight, message) each)."""
         if self.learner.interactions:  # the rows again with their namespaces, to be crossed as on arrival
-            spaces = np.concatenate([w.namespaces for w in rows]).astype(np.uint8)
-            batch = NamespacedRows(indptr, indices, data, spaces)
+            batch = NamespacedRows(rows.indptr, rows.indices, rows.values, rows.namespaces)
         else:
-            batch = (indptr, indices, data)
-        y = prepare_labels(self.learner.loss, [m.label for m in matched], self.learner.n_classes or 1)
+            batch = (rows.indptr, rows.indices, rows.values)
+        labels = [m[2] for m in matched]
+        y = prepare_labels(self.learner.loss, labels, self.learner.n_classes or 1)
         # the label's weight when it has one (NaN: none), else the event's
-        weights = np.array([m.event.weight if m.weight != m.weight else m.weight for m in matched])
-        self.learner.learn(batch, y, weights)
-        scores = np.array([w.scores for w in rows])  # the predictions made when the events arrived
+        given = np.fromiter((m[3] for m in matched), np.float64, len(matched))
+        self.learner.learn(batch, y, np.where(np.isnan(given), rows.weight, given))
+        scores = rows.scores  # the predictions made when the events arrived
         losses = losses_of(self.learner.loss, y, scores, self.learner.loss_param)
         self.metrics.count(scores, y, losses)
-        return scores, losses
+        return Learned([m[0] for m in matched], rows, topics, labels, scores, losses)
 
     def approx_bytes(self) -> int:
         """About how much memory this model holds (its learner's arrays and the

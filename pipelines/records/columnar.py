@@ -674,31 +674,27 @@ def prediction_values(codec: Codec, topic: str | None, model: str, items: list, 
     return _split(out, offsets)
 
 
-def labelled_values(codec: Codec, topic: str | None, model: str, matched: list, scores: np.ndarray,
-                    losses: np.ndarray, probability, klass) -> list[bytes] | None:
-    """The Kafka values of ``labelled_prediction(m.event_id, model, m.event,
-    m.label, losses[i], probability[i], klass[i])`` for each match ``m`` of
-    ``matched`` (:class:`pipelines.records.labels.Matched`: a late label and
-    its held event), byte for byte as ``codec.encode`` writes them, made in
-    one compiled call; None when that call cannot make the same bytes (held
-    events read from several topics or from none, or see :func:`prediction_values`)."""
+def labelled_values(codec: Codec, topic: str | None, model: str, learned, probability, klass) -> list[bytes] | None:
+    """The Kafka values of the labelled Prediction records of ``learned`` (a
+    :class:`pipelines.exact.model_runner.Learned`: held events and their
+    late labels), byte for byte as ``codec.encode`` writes
+    ``labelled_prediction``'s records, made in one compiled call; None when
+    that call cannot make the same bytes (held events read from several
+    topics or from none known, or see :func:`prediction_values`)."""
     from schemas.codec import EncodeError
 
-    held = [m.event for m in matched]
-    sources = [w.source for w in held]
-    if None in sources or len({s.topic for s in sources}) != 1:
+    rows, n = learned.rows, len(learned.ids)
+    codes = np.unique(rows.topic)
+    if codes.shape[0] != 1 or codes[0] < 0:
         return None
-    n, ids = len(matched), Strings.of(m.event_id for m in matched)
+    ids = Strings.of(learned.ids)
     try:
         out, offsets = encode_predictions(
-            codec, topic, buf=ids.buf, id_start=ids.starts, id_end=ids.ends, model=model,
-            model_version=np.fromiter((w.version for w in held), np.int64, n), scores=scores,
-            label=np.fromiter((m.label for m in matched), np.float64, n), has_label=np.ones(n, np.bool_),
-            loss=losses, event_timestamp=np.fromiter((w.ts_ms for w in held), np.int64, n),
-            latency_ms=np.fromiter((w.latency_ms for w in held), np.float64, n), probability=probability,
-            predicted_class=klass, source_topic=sources[0].topic,
-            source_partition=np.fromiter((s.partition for s in sources), np.int64, n),
-            source_offset=np.fromiter((s.offset for s in sources), np.int64, n))
+            codec, topic, buf=ids.buf, id_start=ids.starts, id_end=ids.ends, model=model, model_version=rows.version,
+            scores=learned.scores, label=np.array(learned.labels, np.float64), has_label=np.ones(n, np.bool_),
+            loss=learned.losses, event_timestamp=rows.ts_ms, latency_ms=rows.latency_ms, probability=probability,
+            predicted_class=klass, source_topic=learned.topics[int(codes[0])], source_partition=rows.partition,
+            source_offset=rows.offset)
     except EncodeError:
         return None
     return _split(out, offsets)

@@ -38,32 +38,12 @@ import numpy as np
 from pipelines.kafka.consumer import KafkaMessage
 from schemas.reasons import BAD_LABEL, LABEL_DUPLICATE, LABEL_EXPIRED, LABEL_UNKNOWN_EVENT
 
+from .held import HeldEvents, Rows, Source, Waiting, take_csr
 from .predictions import millis
 from .strings import Strings
 from .validation import check_label_and_weight
 
 LABELLED, EXPIRED, TOO_LATE = 1, 2, 3  # what happened to an event that left the store
-
-
-class Source(NamedTuple):
-    """Where an event was read, and its message's key."""
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None = None
-
-
-class Waiting(NamedTuple):
-    """An unlabelled event, as predicted."""
-    ts_ms: int
-    version: int
-    latency_ms: float
-    scores: np.ndarray  # the prediction made on arrival (n_outputs,)
-    indices: np.ndarray  # its features as a CSR row
-    values: np.ndarray
-    weight: float
-    source: Source | None = None
-    namespaces: np.ndarray | None = None  # each entry's namespace, when the learner crosses features
 
 
 class EarlyLabel(NamedTuple):
@@ -99,7 +79,7 @@ class PendingStore:
 
     def __init__(self, ttl_ms: float, max_pending: int):
         self.ttl_ms, self.max_pending = float(ttl_ms), int(max_pending)
-        self.events: OrderedDict[str, Waiting] = OrderedDict()
+        self.events = HeldEvents()  # id -> Waiting, in arrival order
         self.labels: OrderedDict[str, EarlyLabel] = OrderedDict()
         self.gone: OrderedDict[str, int] = OrderedDict()  # recently left: LABELLED or EXPIRED
         self.event_clock = -math.inf  # the newest event timestamp seen (ms)
@@ -171,6 +151,41 @@ class PendingStore:
         self._held_bytes += _WAITING_OVERHEAD + waiting.indices.nbytes + waiting.values.nbytes + waiting.scores.nbytes
         self._bound()
 
+    def add_events(self, ids: list[str], rows: Rows, topic: str, partition: int, offsets: np.ndarray,
+                   keys: list) -> None:
+        """:meth:`add_event` for a batch's unlabelled events, in order, as
+        columns: ``rows`` (whose source fields are not read) of events read
+        from ``topic`` and ``partition`` at ``offsets``, with message ``keys``."""
+        if not ids:
+            return
+        self.event_clock = max(self.event_clock, int(rows.ts_ms.max()))
+        gone = self.gone
+        keep = [k for k, event_id in enumerate(ids) if gone.get(event_id) not in (LABELLED, TOO_LATE)]
+        if len(keep) < len(ids):
+            at = np.array(keep, np.int64)
+            indptr, entries = take_csr(rows.indptr, at)
+            rows = rows._replace(ts_ms=rows.ts_ms[at], version=rows.version[at], latency_ms=rows.latency_ms[at],
+                                 weight=rows.weight[at], scores=rows.scores[at], indptr=indptr,
+                                 indices=rows.indices[entries], values=rows.values[entries],
+                                 namespaces=None if rows.namespaces is None else rows.namespaces[entries])
+            ids, offsets, keys = [ids[k] for k in keep], offsets[at], [keys[k] for k in keep]
+        if len(self.events) + len(ids) > self.max_pending and len(set(ids)) < len(ids):
+            # The oldest leave as these come, and an id twice in the batch may
+            # come back after leaving: event by event, as add_event would.
+            for k, event_id in enumerate(ids):
+                lo, hi = rows.indptr[k], rows.indptr[k + 1]
+                self.add_event(event_id, Waiting(
+                    int(rows.ts_ms[k]), int(rows.version[k]), float(rows.latency_ms[k]), rows.scores[k],
+                    rows.indices[lo:hi], rows.values[lo:hi], float(rows.weight[k]),
+                    Source(topic, partition, int(offsets[k]), keys[k]),
+                    None if rows.namespaces is None else rows.namespaces[lo:hi]))
+            return
+        self.events.append(ids, rows, topic, np.full(len(ids), partition, np.int64), offsets, keys)
+        self._held += len(ids)
+        self._held_bytes += (len(ids) * _WAITING_OVERHEAD + rows.indices[:rows.indptr[-1]].nbytes
+                             + rows.values[:rows.indptr[-1]].nbytes + rows.scores.nbytes)
+        self._bound()
+
     def approx_bytes(self) -> int:
         """About how much memory the store holds, in O(1): the waiting events
         at the mean size of those held so far, plus the labels and ids kept."""
@@ -181,16 +196,34 @@ class PendingStore:
                   message: KafkaMessage) -> Matched | None:
         """The match if the event waits; else the label waits for it, or
         (already learned, or expired) becomes an unmatched label."""
+        row = self._match(event_id, ts_ms, label, weight, message)
+        return None if row is None else Matched(event_id, self.events.waiting_of(row), label, weight)
+
+    def add_labels(self, labels: list[tuple[str, int, float, float, KafkaMessage]]) -> tuple[list[int], Rows, list]:
+        """:meth:`add_label` for each (event id, timestamp, label, weight,
+        message) of a batch, in order, without a :class:`Waiting` per match:
+        (the positions in ``labels`` of those that found their event; those
+        events' rows, in that order; the topic names the rows' ``topic`` indexes)."""
+        found, taken = [], []
+        for k, (event_id, ts_ms, label, weight, message) in enumerate(labels):
+            row = self._match(event_id, ts_ms, label, weight, message)
+            if row is not None:
+                found.append(k)
+                taken.append(row)
+        return (found, *self.events.rows_of(taken))
+
+    def _match(self, event_id: str, ts_ms: int, label: float, weight: float, message: KafkaMessage):
+        """:meth:`add_label`'s decision: the held event's row (:meth:`HeldEvents.take`) if it matches."""
         self.label_clock = max(self.label_clock, ts_ms)
-        waiting = self.events.pop(event_id, None)
-        if waiting is not None and ts_ms - waiting.ts_ms > self.ttl_ms:
+        row = self.events.take(event_id)
+        if row is not None and ts_ms - self.events.ts_of(row) > self.ttl_ms:
             self._too_late(message, event_id)
             self._forget(event_id, TOO_LATE)
             if self.dropped is not None:
                 self.dropped.append(event_id)
-        elif waiting is not None:
+        elif row is not None:
             self._forget(event_id, LABELLED)
-            return Matched(event_id, waiting, label, weight)
+            return row
         elif self.gone.get(event_id) in (LABELLED, TOO_LATE) or event_id in self.labels:
             self.unmatched_labels.append((message, LABEL_DUPLICATE, f"event {event_id!r} was already labelled"))
         elif self.gone.get(event_id) == EXPIRED:
@@ -211,7 +244,7 @@ class PendingStore:
         """Drop what no match can come for any more: events the labels
         topic has moved more than the TTL past, labels the events topic has
         (in arrival order, which a topic's timestamps roughly follow)."""
-        while self.events and next(iter(self.events.values())).ts_ms < self.label_clock - self.ttl_ms:
+        while self.events and self.events.first_ts() < self.label_clock - self.ttl_ms:
             self._drop_event()
         while self.labels and next(iter(self.labels.values())).ts_ms < self.event_clock - self.ttl_ms:
             self._drop_label()
@@ -248,28 +281,28 @@ class PendingStore:
     # -- saved with the model
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        ev = list(self.events.items())
+        rows, topics = self.events.columns()
         lab = list(self.labels.items())
-        gone = list(self.gone.items())
-        n_out = ev[0][1].scores.shape[0] if ev else 0
+        n = len(rows.ts_ms)
         out = {"pending_clock": np.array([self.event_clock, self.label_clock, self.expired_events], dtype=np.float64)}
-        out.update(_ids("pending_event", [k for k, _ in ev]))
-        out["pending_event_ts"] = np.array([w.ts_ms for _, w in ev], dtype=np.int64)
-        out["pending_event_version"] = np.array([w.version for _, w in ev], dtype=np.int64)
-        out["pending_event_latency"] = np.array([w.latency_ms for _, w in ev], dtype=np.float64)
-        out["pending_event_weight"] = np.array([w.weight for _, w in ev], dtype=np.float64)
-        out["pending_event_scores"] = np.array([w.scores for _, w in ev], dtype=np.float64).reshape(len(ev), n_out)
-        out["pending_event_indptr"] = np.concatenate([[0], np.cumsum([w.indices.shape[0] for _, w in ev])]).astype(np.int64)
-        out["pending_event_indices"] = np.concatenate([w.indices for _, w in ev] or [[]]).astype(np.int64)
-        out["pending_event_values"] = np.concatenate([w.values for _, w in ev] or [[]]).astype(np.float64)
-        out.update(_sources([w.source for _, w in ev]))
-        if ev and ev[0][1].namespaces is not None:
-            out["pending_event_namespaces"] = np.concatenate([w.namespaces for _, w in ev]).astype(np.uint8)
+        out.update(_ids("pending_event", list(self.events)))
+        out["pending_event_ts"] = rows.ts_ms
+        out["pending_event_version"] = rows.version
+        out["pending_event_latency"] = rows.latency_ms
+        out["pending_event_weight"] = rows.weight
+        out["pending_event_scores"] = rows.scores if n else np.zeros((0, 0))
+        out["pending_event_indptr"] = rows.indptr
+        out["pending_event_indices"] = rows.indices
+        out["pending_event_values"] = rows.values
+        out.update(_sources(rows, topics))
+        if n and rows.namespaces is not None:
+            out["pending_event_namespaces"] = rows.namespaces
         out.update(_ids("pending_label", [k for k, _ in lab]))
         out["pending_label"] = np.array([[e.ts_ms, e.label, e.weight] for _, e in lab], dtype=np.float64).reshape(-1, 3)
         out["pending_label_position"] = np.array([[e.message.partition, e.message.offset, e.message.timestamp_ms]
                                                   for _, e in lab], dtype=np.int64).reshape(-1, 3)
         out.update(_ids("pending_label_message", [e.message.value for _, e in lab]))
+        gone = list(self.gone.items())
         out.update(_ids("pending_gone", [k for k, _ in gone]))
         out["pending_gone_fate"] = np.array([f for _, f in gone], dtype=np.int8)
         return out
@@ -281,17 +314,14 @@ class PendingStore:
             return store
         clocks = arrays["pending_clock"]
         store.event_clock, store.label_clock, store.expired_events = float(clocks[0]), float(clocks[1]), int(clocks[2])
-        indptr, scores = arrays["pending_event_indptr"], arrays["pending_event_scores"]
-        sources = _sources_back(arrays)
-        spaces = arrays.get("pending_event_namespaces")
-        for i, event_id in enumerate(_names(arrays, "pending_event")):
-            lo, hi = indptr[i], indptr[i + 1]
-            store.events[event_id] = Waiting(int(arrays["pending_event_ts"][i]), int(arrays["pending_event_version"][i]),
-                                             float(arrays["pending_event_latency"][i]), scores[i].copy(),
-                                             arrays["pending_event_indices"][lo:hi].copy(),
-                                             arrays["pending_event_values"][lo:hi].copy(),
-                                             float(arrays["pending_event_weight"][i]), sources[i],
-                                             None if spaces is None else spaces[lo:hi].copy())
+        ids = _names(arrays, "pending_event")
+        if ids:
+            topics, codes, partitions, offsets, keys = _sources_back(arrays)
+            store.events.restore(ids, Rows(
+                arrays["pending_event_ts"], arrays["pending_event_version"], arrays["pending_event_latency"],
+                arrays["pending_event_weight"], arrays["pending_event_scores"], arrays["pending_event_indptr"],
+                arrays["pending_event_indices"], arrays["pending_event_values"],
+                arrays.get("pending_event_namespaces"), codes, partitions, offsets, keys), topics)
         messages = _names(arrays, "pending_label_message", decode=False)
         rows = zip(_names(arrays, "pending_label"), arrays["pending_label"], arrays["pending_label_position"], messages)
         for event_id, (ts, label, weight), (partition, offset, kafka_ts), value in rows:
@@ -302,23 +332,26 @@ class PendingStore:
         return store
 
 
-def _sources(sources: list) -> dict[str, np.ndarray]:
+def _sources(rows: Rows, topics: list[str]) -> dict[str, np.ndarray]:
     """Where each waiting event was read: its topic (one per run, kept once),
-    partition, offset and key (absent keys flagged)."""
-    topics = sorted({s.topic for s in sources if s is not None})
-    rows = [(-1, -1, -1, 0) if s is None else (topics.index(s.topic), s.partition, s.offset, s.key is not None)
-            for s in sources]
-    return {**_ids("pending_source_topic", topics), **_ids("pending_source_key", [
-                (s.key or b"") if s is not None else b"" for s in sources]),
-            "pending_source": np.array(rows, dtype=np.int64).reshape(len(rows), 4)}
+    partition, offset and key (absent keys flagged); -1s where unknown."""
+    named = sorted({topics[c] for c in np.unique(rows.topic).tolist() if c >= 0})
+    code = np.array([named.index(t) if t in named else -1 for t in topics] + [-1], np.int64)[rows.topic]
+    has_key = np.fromiter((k is not None for k in rows.keys), np.int64, len(rows.keys))
+    return {**_ids("pending_source_topic", named), **_ids("pending_source_key", [k or b"" for k in rows.keys]),
+            "pending_source": np.stack([code, rows.partition, rows.offset, has_key], axis=1).reshape(-1, 4)}
 
 
-def _sources_back(arrays: dict) -> list:
+def _sources_back(arrays: dict) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list]:
+    """(topic names, each event's index into them (-1: unknown), partitions,
+    offsets, keys) as :func:`_sources` saved them."""
+    n = len(arrays["pending_event_ts"])
     if "pending_source" not in arrays:
-        return [None] * len(arrays["pending_event_ts"])
-    topics, keys = _names(arrays, "pending_source_topic"), _names(arrays, "pending_source_key", decode=False)
-    return [None if t < 0 else Source(topics[t], int(p), int(o), keys[i] if has_key else None)
-            for i, (t, p, o, has_key) in enumerate(arrays["pending_source"])]
+        return [], *(np.full(n, -1, np.int64) for _ in range(3)), [None] * n
+    table = arrays["pending_source"].astype(np.int64)
+    keys = _names(arrays, "pending_source_key", decode=False)
+    return (_names(arrays, "pending_source_topic"), table[:, 0], table[:, 1], table[:, 2],
+            [key if has else None for key, has in zip(keys, table[:, 3].tolist())])
 
 
 def _ids(prefix: str, ids: list) -> dict[str, np.ndarray]:

@@ -107,3 +107,4 @@ def test_round_trip_through_checkpoint_arrays():
     assert w.ts_ms == v.ts_ms and np.array_equal(w.indices, v.indices) and np.array_equal(w.values, v.values)
     assert back.labels["c"].message.value == b"c" and back.labels["c"].message.topic == "labels"
     assert (back.event_clock, back.label_clock) == (store.event_clock, store.label_clock)
+
