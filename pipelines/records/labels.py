@@ -30,7 +30,9 @@ checkpoint file) and restored with it, so a restart keeps pending events.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -70,6 +72,96 @@ def check_label(record: dict, loss: str, n_classes: int | None) -> tuple[str, st
     return check_label_and_weight(record, loss, n_classes)
 
 
+class GoneIds(Mapping):
+    """Ids of events that left the store, with their fate (LABELLED, EXPIRED
+    or TOO_LATE), oldest first, the newest ``limit`` of them: an ordered map
+    whose ids also sit, as UTF-8, in one growing buffer, so that saving it
+    (:meth:`arrays`, at every bundle of a pipeline) is a few array
+    operations, not one per id. Forgetting an id again moves it to the end."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._at: dict[str, int] = {}  # id -> its entry
+        self._buf = bytearray()  # the entries' ids, end to end
+        self._ends = array("q")  # entry k's id ends there
+        self._fate = bytearray()
+        self._live = bytearray()  # 0: the entry was dropped or moved to the end
+        self._head = 0  # the oldest entry that may be live
+
+    def __getitem__(self, event_id: str) -> int:
+        return self._fate[self._at[event_id]]
+
+    def get(self, event_id: str, default=None):
+        k = self._at.get(event_id)
+        return default if k is None else self._fate[k]
+
+    def __iter__(self):
+        return iter(self._at)  # a dict keeps insertion order, and a moved id is inserted again
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def forget(self, event_id: str, fate: int) -> None:
+        """Remember ``event_id`` as the newest, with ``fate``; drop the oldest past the limit."""
+        k = self._at.pop(event_id, None)
+        if k is not None:
+            self._live[k] = 0
+        self._append(event_id.encode(), fate)
+        self._at[event_id] = len(self._fate) - 1
+        while len(self._at) > self.limit:
+            self._drop_oldest()
+        if self._head > 4096 and self._head > len(self._fate) // 2:
+            self._compact()
+
+    def _append(self, raw: bytes, fate: int) -> None:
+        self._buf += raw
+        self._ends.append(len(self._buf))
+        self._fate.append(fate)
+        self._live.append(1)
+
+    def _drop_oldest(self) -> None:
+        while not self._live[self._head]:
+            self._head += 1
+        k = self._head
+        start = self._ends[k - 1] if k else 0
+        del self._at[self._buf[start:self._ends[k]].decode()]
+        self._live[k] = 0
+        self._head += 1
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(the live ids' UTF-8 bytes end to end, their offsets (n + 1), their
+        fates as int8), oldest first: what a checkpoint keeps."""
+        ends = np.frombuffer(self._ends, np.int64) if len(self._ends) else np.zeros(0, np.int64)
+        live = np.flatnonzero(np.frombuffer(bytes(self._live), np.uint8))
+        starts = np.concatenate([[0], ends[:-1]])[live] if live.size else np.zeros(0, np.int64)
+        lengths = ends[live] - starts
+        offsets = np.zeros(live.shape[0] + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        at = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1], dtype=np.int64)
+        raw = np.frombuffer(bytes(self._buf), np.uint8)[at]
+        return raw, offsets, np.frombuffer(bytes(self._fate), np.int8)[live].copy()
+
+    def _compact(self) -> None:
+        raw, offsets, fates = self.arrays()
+        self._restore(raw.tobytes(), offsets, fates)
+
+    def restore(self, raw: bytes, offsets: np.ndarray, fates: np.ndarray) -> None:
+        """Fill an empty one with what :meth:`arrays` gave."""
+        if self._at or self._fate:
+            raise ValueError("restore() fills an empty GoneIds")
+        self._restore(raw, offsets, fates)
+
+    def _restore(self, raw: bytes, offsets: np.ndarray, fates: np.ndarray) -> None:
+        n = len(fates)
+        self._buf = bytearray(raw)
+        self._ends = array("q", np.asarray(offsets[1:], np.int64).tobytes())
+        self._fate = bytearray(np.asarray(fates, np.int8).tobytes())
+        self._live = bytearray(b"\x01" * n)
+        self._head = 0
+        at = offsets.tolist()
+        self._at = {raw[a:b].decode(): k for k, (a, b) in enumerate(zip(at[:-1], at[1:]))}
+
+
 _WAITING_OVERHEAD = 600  # bytes of a held event besides its arrays: the Waiting, its ids, arrays' headers
 _ENTRY_OVERHEAD = 200  # an early label or a remembered id
 
@@ -81,7 +173,7 @@ class PendingStore:
         self.ttl_ms, self.max_pending = float(ttl_ms), int(max_pending)
         self.events = HeldEvents()  # id -> Waiting, in arrival order
         self.labels: OrderedDict[str, EarlyLabel] = OrderedDict()
-        self.gone: OrderedDict[str, int] = OrderedDict()  # recently left: LABELLED or EXPIRED
+        self.gone = GoneIds(self.max_pending)  # recently left: LABELLED, EXPIRED or TOO_LATE
         self.event_clock = -math.inf  # the newest event timestamp seen (ms)
         self.label_clock = -math.inf  # the newest label timestamp seen (ms)
         self.expired_events = 0
@@ -269,10 +361,7 @@ class PendingStore:
                                       f"({self.ttl_ms / 1000:g} s) or the maximum ({self.max_pending:,} waiting)"))
 
     def _forget(self, event_id: str, fate: int) -> None:
-        self.gone[event_id] = fate
-        self.gone.move_to_end(event_id)
-        while len(self.gone) > self.max_pending:
-            self.gone.popitem(last=False)
+        self.gone.forget(event_id, fate)
 
     def drain_unmatched(self) -> list[tuple[KafkaMessage, str, str]]:
         out, self.unmatched_labels = self.unmatched_labels, []
@@ -302,9 +391,8 @@ class PendingStore:
         out["pending_label_position"] = np.array([[e.message.partition, e.message.offset, e.message.timestamp_ms]
                                                   for _, e in lab], dtype=np.int64).reshape(-1, 3)
         out.update(_ids("pending_label_message", [e.message.value for _, e in lab]))
-        gone = list(self.gone.items())
-        out.update(_ids("pending_gone", [k for k, _ in gone]))
-        out["pending_gone_fate"] = np.array([f for _, f in gone], dtype=np.int8)
+        raw, offsets, fates = self.gone.arrays()
+        out.update({"pending_gone_id_bytes": raw, "pending_gone_id_offsets": offsets, "pending_gone_fate": fates})
         return out
 
     @classmethod
@@ -327,8 +415,8 @@ class PendingStore:
         for event_id, (ts, label, weight), (partition, offset, kafka_ts), value in rows:
             message = KafkaMessage(labels_topic, int(partition), int(offset), int(kafka_ts), None, value)
             store.labels[event_id] = EarlyLabel(int(ts), float(label), float(weight), message)
-        for event_id, fate in zip(_names(arrays, "pending_gone"), arrays["pending_gone_fate"]):
-            store.gone[event_id] = int(fate)
+        store.gone.restore(arrays["pending_gone_id_bytes"].tobytes(), arrays["pending_gone_id_offsets"].astype(np.int64),
+                           arrays["pending_gone_fate"])
         return store
 
 

@@ -108,3 +108,42 @@ def test_round_trip_through_checkpoint_arrays():
     assert back.labels["c"].message.value == b"c" and back.labels["c"].message.topic == "labels"
     assert (back.event_clock, back.label_clock) == (store.event_clock, store.label_clock)
 
+
+@settings(max_examples=200, deadline=None)
+@given(forgets=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 3)), max_size=300), limit=st.integers(0, 25))
+def test_gone_ids_are_the_ordered_map_they_replace_and_round_trip(forgets, limit):
+    """The ids of events that left: the newest ``limit``, an id forgotten
+    again moves to the end (as an OrderedDict with move_to_end and popitem
+    of the oldest), and they come back from their saved arrays the same."""
+    from collections import OrderedDict
+
+    from pipelines.records.labels import GoneIds
+
+    gone, want = GoneIds(limit), OrderedDict()
+    for k, fate in forgets:
+        event_id = f"é{k}"
+        gone.forget(event_id, fate)
+        want[event_id] = fate
+        want.move_to_end(event_id)
+        while len(want) > limit:
+            want.popitem(last=False)
+        assert list(gone.items()) == list(want.items())
+    raw, offsets, fates = gone.arrays()
+    back = GoneIds(limit)
+    back.restore(raw.tobytes(), offsets, fates)
+    assert list(back.items()) == list(want.items())
+    back.forget("é0", 2)
+    assert list(back)[-1:] == ["é0"][:limit] and len(back) == min(limit, len(set(want) | {"é0"}))
+
+
+def test_gone_ids_compact_and_keep_their_order():
+    from pipelines.records.labels import GoneIds
+
+    gone = GoneIds(1000)
+    for k in range(20_000):
+        gone.forget(f"e{k}", 1 + k % 3)
+    assert len(gone) == 1000 and len(gone._fate) < 10_000  # the dropped entries' space was taken back
+    assert list(gone) == [f"e{k}" for k in range(19_000, 20_000)]
+    raw, offsets, fates = gone.arrays()
+    assert raw.tobytes().decode() == "".join(f"e{k}" for k in range(19_000, 20_000))
+    assert fates.tolist() == [1 + k % 3 for k in range(19_000, 20_000)]
