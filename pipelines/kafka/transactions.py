@@ -73,14 +73,16 @@ class TransactionalOutput:
     """Seconds a transaction may make no progress before its producer is
     replaced (see :meth:`commit`)."""
 
+    ASK_FOR = 15.0
+    """Seconds one consumer is given to answer whether a stuck transaction committed."""
+
     def __init__(self, bootstrap: str, topic: str, name: str, config: dict | None = None, timeout: float = 60.0,
                  ride_out: float = 180.0):
         self.group = f"scinol-eos-{name}"
         self.bootstrap, self.config = bootstrap, dict(config or {})
         self.timeout, self.ride_out = timeout, ride_out
         self.dead = False
-        self.groups = Consumer({"bootstrap.servers": bootstrap, **self.config, "group.id": self.group,
-                                "enable.auto.commit": False, "isolation.level": "read_committed"})
+        self.groups = self._group_consumer()
         self.writer = KafkaWriter(bootstrap, topic, {**self.config, "transactional.id": self.group})
         try:
             self.writer.producer.init_transactions(timeout)
@@ -170,18 +172,29 @@ class TransactionalOutput:
         self.writer = KafkaWriter(self.bootstrap, old.topic, {**self.config, "transactional.id": self.group})
         self._retrying(self.writer.producer.init_transactions, deadline)
 
+    def _group_consumer(self) -> Consumer:
+        """The consumer that asks and reads the group's committed positions (it joins no group)."""
+        return Consumer({"bootstrap.servers": self.bootstrap, **self.config, "group.id": self.group,
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+
     def _committed(self, positions: dict, deadline: float) -> bool:
         """Whether the group already holds ``positions`` (the transaction
         that carried them committed); asked again, until ``deadline``, while
-        the broker does not answer."""
+        the broker does not answer, each time with a new consumer: one
+        made before an Apache Kafka crash and restart was seen to time out
+        on every ask for the rest of a 180 s ride-out (once, in the broker
+        trials), and a new one looks the group coordinator up afresh."""
         wanted = [TopicPartition(t, p) for (t, p) in positions]
         while True:
             try:
-                found = committed_offsets(self.groups, wanted, max(1.0, min(self.timeout, deadline - time.monotonic())))
+                ask = max(1.0, min(self.timeout, self.ASK_FOR, deadline - time.monotonic()))
+                found = committed_offsets(self.groups, wanted, ask)
                 return all(tp.offset >= positions[(tp.topic, tp.partition)] for tp in found)
             except KafkaException as exc:
                 if exc.args[0].code() not in _UNREACHABLE or time.monotonic() >= deadline:
                     raise
+                old, self.groups = self.groups, self._group_consumer()
+                old.close()
                 time.sleep(0.5)
 
     def _transaction(self, messages, positions: dict, deadline: float) -> None:

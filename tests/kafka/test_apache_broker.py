@@ -193,6 +193,27 @@ def test_committed_offsets_are_asked_again_while_the_coordinator_loads(broker, t
     assert sum(before.values()) == 100
 
 
+def test_a_consumer_that_cannot_reach_the_group_coordinator_is_replaced_while_asking(broker, topic_name):
+    """Whether a stuck transaction committed is asked of the group; a
+    consumer that gets no answer (here: one pointed where nothing listens,
+    as one made before a broker crash can stay) is replaced by a new one for
+    the next ask, which finds the committed position."""
+    from pipelines.kafka.transactions import TransactionalOutput
+
+    _create_topic(broker, topic_name, partitions=1)
+    out = TransactionalOutput(broker.bootstrap, topic_name, topic_name, broker.client_config(), timeout=30)
+    try:
+        out.commit([(b"v", None)], {(topic_name, 0): 5})
+        silent = Consumer({"bootstrap.servers": f"127.0.0.1:{free_port()}", "group.id": out.group})
+        out.groups, out.ASK_FOR = silent, 2.0
+        started = time.monotonic()
+        assert out._committed({(topic_name, 0): 5}, time.monotonic() + 60)
+        assert not out._committed({(topic_name, 0): 6}, time.monotonic() + 60)
+        assert out.groups is not silent and time.monotonic() - started < 30
+    finally:
+        out.close()
+
+
 def test_stop_frees_the_port_and_deletes_the_data():
     broker = _started(ApacheKafkaBroker())
     pid, home = broker.process.pid, broker.home
