@@ -25,11 +25,13 @@ import numpy as np
 from learners import make_learner
 from learners.datasets import toy_examples
 from pipelines.exact.model_runner import LabelSettings, ModelRunner
+from schemas.codec import Codec
 
 T0 = 1_700_000_000_000
 DELAYS = (0, 100, 1000, 10_000)
 RANDOM = 10_000
 """The random delay: each label 0..RANDOM events after its event, uniformly."""
+CODEC = Codec()
 
 
 class Position(NamedTuple):  # what the pipeline hands ModelRunner with each record
@@ -149,19 +151,22 @@ def table(result: dict[str, np.ndarray]) -> str:
     return "\n".join(lines)
 
 
-def columnar_batches(events: list[dict], batch: int, hash_bits: int) -> list[list[tuple]]:
+def columnar_batches(events: list[dict], batch: int, hash_bits: int) -> list:
     """The events as the pipeline hands them to ModelRunner: encoded, then
-    decoded a batch at a time into columns (:class:`ColumnarEvent` rows)."""
-    from pipelines.records.columnar import ColumnarEvent, EventDecoder
-    from schemas.codec import Codec
+    decoded a batch at a time into columns, each batch an :class:`EventRows`
+    of partition 0 of topic ``events``."""
+    from pipelines.kafka.consumer import KafkaMessage
+    from pipelines.records.columnar import EventDecoder, EventRows
 
-    codec = Codec()
-    decoder = EventDecoder(codec, "logistic", hash_bits=hash_bits)
-    values = [codec.encode("scinol.Event", e) for e in events]
+    decoder = EventDecoder(CODEC, "logistic", hash_bits=hash_bits)
+    messages = [KafkaMessage("events", 0, i, e["timestamp"], None, CODEC.encode("scinol.Event", e))
+                for i, e in enumerate(events)]
     out = []
-    for lo in range(0, len(values), batch):
-        cols = decoder.decode(values[lo:lo + batch])
-        out.append([(Position("events", 0, lo + i), ColumnarEvent(cols, i)) for i in range(len(cols))])
+    for lo in range(0, len(messages), batch):
+        part = messages[lo:lo + batch]
+        cols = decoder.decode([m.value for m in part])
+        (_, rows), = EventRows.split(cols, np.ones(len(part), bool), part)
+        out.append(rows)
     return out
 
 
@@ -179,7 +184,8 @@ def _timed(base, other, repeats: int) -> tuple[float, float]:
 
 def late_label_speed(n: int, batch: int, repeats: int) -> tuple[float, float]:
     """(events/s with labels inline, events/s with each batch's labels
-    arriving one batch later through process_labels), same events."""
+    arriving one batch later through process_labels_encoded), same events,
+    predictions encoded as the pipeline encodes them."""
     y, events = toy_events(n)
     inline = columnar_batches(events, batch, 18)
     bare = columnar_batches([{**e, "label": None} for e in events], batch, 18)
@@ -191,15 +197,15 @@ def late_label_speed(n: int, batch: int, repeats: int) -> tuple[float, float]:
     def with_inline():
         runner = ModelRunner("m", make)
         for part in inline:
-            runner.process(part)
+            runner.process_encoded(part, CODEC, "predictions")
 
     def with_late():
         runner = ModelRunner("m", make, labels=LabelSettings("labels", math.inf, n + 1))
         for k, part in enumerate(bare):
-            runner.process(part)
+            runner.process_encoded(part, CODEC, "predictions")
             if k:
-                runner.process_labels(labels[k - 1])
-        runner.process_labels(labels[-1])
+                runner.process_labels_encoded(labels[k - 1], CODEC, "predictions")
+        runner.process_labels_encoded(labels[-1], CODEC, "predictions")
         if runner.labels_learned != n:
             raise RuntimeError(f"learned {runner.labels_learned} labels of {n}")
 
@@ -256,7 +262,7 @@ def main(argv=None) -> int:
         inline, late = late_label_speed(n, b, r)
         plain, crossed = interaction_speed(n, b, r)
         print(f"\nModelRunner events/s, {n:,} events in batches of {b:,}, best of {r}:")
-        print(f"| labels inline | {inline:,.0f} | labels one batch late (process_labels) | {late:,.0f} "
+        print(f"| labels inline | {inline:,.0f} | labels one batch late (process_labels_encoded) | {late:,.0f} "
               f"| ratio {late / inline:.2f} |")
         print(f"| no crosses | {plain:,.0f} | -q ab | {crossed:,.0f} | ratio {crossed / plain:.2f} |")
     print(f"\nwall time {time.perf_counter() - started:.0f} s")
