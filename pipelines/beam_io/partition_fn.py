@@ -197,7 +197,7 @@ class ReadPartitionFn(beam.DoFn):
             batch, refused = self._claim(tracker, polled.batch, call.next_offset)
             if batch:
                 if linger:
-                    lingering_until = time.monotonic() + linger
+                    lingering_until = time.monotonic() + rule.linger_after(batch)
                 newest_ts = polled.newest_ts if batch is polled.batch else max(km.timestamp_ms for km in batch)
                 yield from self._emit(call, batch, newest_ts, bundle_finalizer, watermark, topic, partition)
             if rule is not None:

@@ -88,6 +88,10 @@ class StopRule:
     mode's feedback), the answer comes within a Kafka round trip, where a
     deferral costs a runner's bundle."""
 
+    def linger_after(self, batch: list) -> float:
+        """How long to linger (see :attr:`linger_seconds`) after ``batch``."""
+        return self.linger_seconds
+
     def observe(self, batch: list) -> bool:
         return False
 

@@ -201,7 +201,8 @@ class PendingStore:
         self._forget(event_id, LABELLED)
         return early
 
-    def take_early_labels(self, ids: Strings, ts_ms: np.ndarray, unlabelled: np.ndarray) -> list[tuple[int, EarlyLabel]]:
+    def take_early_labels(self, ids: Strings, ts_ms: np.ndarray,
+                          unlabelled: np.ndarray) -> list[tuple[int, EarlyLabel]]:
         """:meth:`take_early_label` for each event of a batch, in order, where
         ``unlabelled`` (the others take none): (position, label) of those that
         got one. ``ids`` and ``ts_ms`` are the batch's, as arrays; no id is
@@ -415,8 +416,8 @@ class PendingStore:
         for event_id, (ts, label, weight), (partition, offset, kafka_ts), value in rows:
             message = KafkaMessage(labels_topic, int(partition), int(offset), int(kafka_ts), None, value)
             store.labels[event_id] = EarlyLabel(int(ts), float(label), float(weight), message)
-        store.gone.restore(arrays["pending_gone_id_bytes"].tobytes(), arrays["pending_gone_id_offsets"].astype(np.int64),
-                           arrays["pending_gone_fate"])
+        store.gone.restore(arrays["pending_gone_id_bytes"].tobytes(),
+                           arrays["pending_gone_id_offsets"].astype(np.int64), arrays["pending_gone_fate"])
         return store
 
 

@@ -844,9 +844,9 @@ class FeedbackWatch(StopRule):
     """
 
     def __init__(self, run_id: str, heartbeat_seconds: float, targets: dict[int, tuple[int, int]] | None = None,
-                 idle_timeout: float = 60.0, registry=None, linger_seconds: float = 0.0):
+                 idle_timeout: float = 60.0, registry=None, linger_seconds: float = 0.0, linger_min_bytes: int = 0):
         self.run_id, self.heartbeat_seconds, self.registry = run_id, heartbeat_seconds, registry
-        self.linger_seconds = linger_seconds
+        self.linger_seconds, self.linger_min_bytes = linger_seconds, linger_min_bytes
         self.targets = None if targets is None else {p: (a, b) for p, (a, b) in targets.items() if b > a}
         self.idle_timeout = idle_timeout
         self._seen: dict[int, np.ndarray] | None = None
@@ -864,6 +864,14 @@ class FeedbackWatch(StopRule):
         self._seen = {p: np.zeros(b - a, dtype=bool) for p, (a, b) in targets.items()}
         self._left = sum(b - a for a, b in targets.values())
         self._last_progress = self._last_beat = time.monotonic()
+
+    def linger_after(self, batch: list) -> float:
+        """Linger only after feedback of at least ``linger_min_bytes`` (many
+        events: a busy stream, whose next feedback comes within a round
+        trip); after a few events' feedback (a quiet stream) the wait would
+        only hold back the next events."""
+        size = sum(len(m.value) for m in batch if m.value is not None)
+        return self.linger_seconds if size >= self.linger_min_bytes else 0.0
 
     def observe(self, batch) -> bool:
         if self._seen is None:

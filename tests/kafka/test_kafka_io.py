@@ -454,12 +454,14 @@ def test_reading_a_missing_topic_raises(kafka_bootstrap, topic_name, tmp_path):
         _run_read(tmp_path, kafka_bootstrap, topic_name + "-missing", resolve_timeout=5)
 
 
-@pytest.mark.parametrize("linger", [0.0, 3.0])
-def test_an_unbounded_read_lingers_at_the_end_after_a_batch_when_its_rule_asks(kafka_bootstrap, topic_name, linger):
+@pytest.mark.parametrize("linger,asked", [(0.0, True), (3.0, True), (3.0, False)])
+def test_an_unbounded_read_lingers_at_the_end_after_a_batch_when_its_rule_asks(kafka_bootstrap, topic_name, linger,
+                                                                               asked):
     """A rule's ``linger_seconds`` (sharded mode's feedback reader) keeps the
-    call polling at the end of the partition after a batch: a message that
-    comes meanwhile is emitted by the same call. Without it the call defers
-    as soon as the partition is idle, and the message waits for the next."""
+    call polling at the end of the partition after a batch, when its
+    ``linger_after`` that batch says so: a message that comes meanwhile is
+    emitted by the same call. Without it the call defers as soon as the
+    partition is idle, and the message waits for the next."""
     from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
     from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
     from apache_beam.runners.sdf_utils import RestrictionTrackerView, ThreadsafeRestrictionTracker
@@ -469,6 +471,9 @@ def test_an_unbounded_read_lingers_at_the_end_after_a_batch_when_its_rule_asks(k
 
     class Lingering(StopRule):
         linger_seconds = linger
+
+        def linger_after(self, batch):
+            return self.linger_seconds if asked else 0.0
 
     class Finalizer:
         def register(self, cb):
@@ -492,7 +497,7 @@ def test_an_unbounded_read_lingers_at_the_end_after_a_batch_when_its_rule_asks(k
     fn.teardown()
     _residual, deferred = tracker.deferred_status()
     assert deferred is not None  # the call ended by deferring, idle, either way
-    if linger:
+    if linger and asked:
         assert got == list(range(11)) and took >= 0.5 + linger
     else:
         assert got == list(range(10)) and took < 0.5

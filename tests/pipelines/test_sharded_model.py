@@ -338,3 +338,18 @@ def test_a_batch_is_split_into_each_shards_entries_row_by_row_in_order(n_shards,
             lo, hi = block.indptr[i], block.indptr[i + 1]
             assert block.coords[lo:hi].tolist() == [row_coords[j] for j in mine]
             assert block.values[lo:hi].tolist() == [row_values[j] for j in mine]
+
+
+def test_the_feedback_reader_lingers_only_after_a_busy_streams_feedback():
+    """After feedback of many events the reader polls on for the next
+    (linger_seconds); after a few events' feedback it does not, so a quiet
+    stream's next events are not held back."""
+    from pipelines.kafka.consumer import KafkaMessage
+    from pipelines.sharded.protocol import FeedbackWatch
+
+    rule = FeedbackWatch("run", heartbeat_seconds=1.0, linger_seconds=0.02, linger_min_bytes=8192)
+    message = lambda size: KafkaMessage("fb", 0, 0, 0, None, b"x" * size)  # noqa: E731
+    assert rule.linger_after([message(20_000)]) == 0.02
+    assert rule.linger_after([message(5000), message(5000)]) == 0.02
+    assert rule.linger_after([message(300)]) == 0.0
+    assert rule.linger_after([KafkaMessage("fb", 0, 0, 0, None, None)]) == 0.0
