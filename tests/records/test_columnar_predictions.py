@@ -282,3 +282,27 @@ def test_event_rows_with_late_labels_give_what_records_give(loss, n_classes):
 
 def dead_reasons(dead: list[dict]) -> list[str]:
     return [d["reason"] for d in dead]
+
+
+def test_labelled_predictions_of_events_from_several_topics_or_none_take_the_per_record_path():
+    """Held events read from two topics, or from nowhere known: the one
+    compiled call cannot write them (one source topic per call), so they are
+    encoded record by record, the same bytes as the records give."""
+    from pipelines.kafka.consumer import KafkaMessage
+    from pipelines.records.labels import Source, Waiting
+
+    settings = LabelSettings("labels", math.inf, 100)
+    make = lambda: make_learner("scinol2", "logistic")  # noqa: E731
+    runners = [ModelRunner("m", make, labels=settings) for _ in range(2)]
+    sources = [Source("a", 0, 1), Source("b", 1, 2, b"key"), None]
+    for runner in runners:
+        for k, source in enumerate(sources):
+            runner.pending.add_event(f"e{k}", Waiting(10 + k, k, 1.5, np.array([0.25 * k]), np.array([k, 7]),
+                                                      np.array([1.0, -2.0]), 1.0, source))
+    labels = [(KafkaMessage("labels", 0, k, 0, None, b""), {"event_id": f"e{k}", "model": "m", "label": 1.0,
+                                                            "timestamp": 20 + k, "weight": None}) for k in range(3)]
+    got, keys, answering, dead = runners[0].process_labels_encoded(labels, CODEC, TOPIC)
+    records, keys_too, _, _ = runners[1].process_labels(labels)
+    assert got == [CODEC.encode("scinol.Prediction", r, TOPIC) for r in records] and len(got) == 3
+    assert keys == keys_too == [b"e0", b"key", b"e2"] and not dead
+    assert [CODEC.decode(v)["source_topic"] for v in got] == ["a", "b", None]
