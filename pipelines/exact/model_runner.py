@@ -62,11 +62,7 @@ class Learned(NamedTuple):
 
     def waiting(self, k: int) -> Waiting:
         """Event k as a :class:`Waiting` (for its Prediction record)."""
-        r, lo, hi = self.rows, self.rows.indptr[k], self.rows.indptr[k + 1]
-        code = int(r.topic[k])
-        source = None if code < 0 else Source(self.topics[code], int(r.partition[k]), int(r.offset[k]), r.keys[k])
-        return Waiting(int(r.ts_ms[k]), int(r.version[k]), float(r.latency_ms[k]), r.scores[k], r.indices[lo:hi],
-                       r.values[lo:hi], float(r.weight[k]), source)
+        return self.rows.waiting(k, self.topics)
 
 
 class ModelRunner:

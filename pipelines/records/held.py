@@ -61,6 +61,14 @@ class Rows(NamedTuple):
     offset: np.ndarray  # int64
     keys: list  # bytes or None each
 
+    def waiting(self, k: int, topics: list[str]) -> Waiting:
+        """Row k as a :class:`Waiting` (its arrays views of these), ``topic`` indexing ``topics``."""
+        lo, hi, code = self.indptr[k], self.indptr[k + 1], int(self.topic[k])
+        source = None if code < 0 else Source(topics[code], int(self.partition[k]), int(self.offset[k]), self.keys[k])
+        return Waiting(int(self.ts_ms[k]), int(self.version[k]), float(self.latency_ms[k]), self.scores[k],
+                       self.indices[lo:hi], self.values[lo:hi], float(self.weight[k]), source,
+                       None if self.namespaces is None else self.namespaces[lo:hi])
+
 
 _ROW_FIELDS = ("ts_ms", "version", "latency_ms", "weight", "scores", "topic", "partition", "offset")
 _ROW_TYPES = (np.int64, np.int64, np.float64, np.float64, np.float64, np.int64, np.int64, np.int64)

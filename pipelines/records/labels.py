@@ -40,7 +40,7 @@ import numpy as np
 from pipelines.kafka.consumer import KafkaMessage
 from schemas.reasons import BAD_LABEL, LABEL_DUPLICATE, LABEL_EXPIRED, LABEL_UNKNOWN_EVENT
 
-from .held import HeldEvents, Rows, Source, Waiting, take_csr
+from .held import HeldEvents, Rows, Source, Waiting, take_csr  # noqa: F401 - Source: sharded mode imports it from here
 from .predictions import millis
 from .strings import Strings
 from .validation import check_label_and_weight
@@ -265,13 +265,11 @@ class PendingStore:
         if len(self.events) + len(ids) > self.max_pending and len(set(ids)) < len(ids):
             # The oldest leave as these come, and an id twice in the batch may
             # come back after leaving: event by event, as add_event would.
+            n = len(ids)
+            rows = rows._replace(topic=np.zeros(n, np.int64), partition=np.full(n, partition, np.int64),
+                                 offset=offsets, keys=keys)
             for k, event_id in enumerate(ids):
-                lo, hi = rows.indptr[k], rows.indptr[k + 1]
-                self.add_event(event_id, Waiting(
-                    int(rows.ts_ms[k]), int(rows.version[k]), float(rows.latency_ms[k]), rows.scores[k],
-                    rows.indices[lo:hi], rows.values[lo:hi], float(rows.weight[k]),
-                    Source(topic, partition, int(offsets[k]), keys[k]),
-                    None if rows.namespaces is None else rows.namespaces[lo:hi]))
+                self.add_event(event_id, rows.waiting(k, [topic]))
             return
         self.events.append(ids, rows, topic, np.full(len(ids), partition, np.int64), offsets, keys)
         self._held += len(ids)

@@ -74,14 +74,8 @@ def test_held_events_hold_what_a_dict_of_waiting_holds(ops, seed, width, crossed
             if op == "pop":
                 got = held.pop(event_id)
             else:
-                (got_rows, topics) = held.rows_of([held.take(event_id)])
-                lo, hi = got_rows.indptr[0], got_rows.indptr[1]
-                code = int(got_rows.topic[0])
-                got = Waiting(int(got_rows.ts_ms[0]), int(got_rows.version[0]), float(got_rows.latency_ms[0]),
-                              got_rows.scores[0], got_rows.indices[lo:hi], got_rows.values[lo:hi],
-                              float(got_rows.weight[0]), None if code < 0 else Source(
-                                  topics[code], int(got_rows.partition[0]), int(got_rows.offset[0]), got_rows.keys[0]),
-                              None if got_rows.namespaces is None else got_rows.namespaces[lo:hi])
+                got = held.rows_of([held.take(event_id)])
+                got = got[0].waiting(0, got[1])
             assert same(got, expect)
             handed.append((got, got._replace(**{f: None if getattr(got, f) is None else getattr(got, f).copy()
                                                  for f in ("scores", "indices", "values", "namespaces")})))
