@@ -147,3 +147,25 @@ def test_gone_ids_compact_and_keep_their_order():
     raw, offsets, fates = gone.arrays()
     assert raw.tobytes().decode() == "".join(f"e{k}" for k in range(19_000, 20_000))
     assert fates.tolist() == [1 + k % 3 for k in range(19_000, 20_000)]
+
+
+def test_a_batch_held_past_the_maximum_with_an_id_twice_is_held_as_event_by_event():
+    """add_events over the maximum, with an id twice in the batch: the same
+    events, order and fields as add_event one by one."""
+    from pipelines.records.held import Rows, Source
+
+    ids = ["a", "b", "c", "a", "d"]  # "a" is pushed out by "c", then held again
+    n = len(ids)
+    rows = Rows(np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64) + 10, np.full(n, 1.5), np.ones(n),
+                np.arange(n, dtype=np.float64).reshape(n, 1), np.arange(n + 1, dtype=np.int64),
+                np.arange(n, dtype=np.int64) * 3, np.arange(n, dtype=np.float64), None, None, None, None, None)
+    batch, single = PendingStore(TTL, 2), PendingStore(TTL, 2)
+    batch.add_events(ids, rows, "events", 1, np.arange(n, dtype=np.int64) + 100, [None] * n)
+    for k, event_id in enumerate(ids):
+        single.add_event(event_id, Waiting(k, k + 10, 1.5, np.array([float(k)]), np.array([3 * k]),
+                                           np.array([float(k)]), 1.0, Source("events", 1, 100 + k)))
+    assert list(batch.events) == list(single.events) == ["a", "d"]
+    assert batch.expired_events == single.expired_events == 3
+    for event_id in ("a", "d"):
+        a, b = batch.events[event_id], single.events[event_id]
+        assert (a.ts_ms, a.version, a.source, a.indices.tolist()) == (b.ts_ms, b.version, b.source, b.indices.tolist())
