@@ -64,6 +64,10 @@ class RunConfig:
     """Stop the run when more than this share of a window of messages became dead letters
     (pipelines.steps.DeadLetterGuard); None: never."""
     max_batch: int = 2000
+    read_call_seconds: float | None = None
+    """Longest one call of the Kafka read holds a partition before it returns (an SDF checkpoint);
+    None: the read's default (1 s), or on Flink the bundle time if shorter (a bundle cannot end before
+    the call returns; pipelines.launch.read_calls_for_runner)."""
     max_index: int = DEFAULT_MAX_INDEX
     """Sparse indices and dense lengths at or above this are dead letters (pipelines.records.dead_letters)."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES

@@ -13,13 +13,14 @@ from typing import NamedTuple
 import apache_beam as beam
 from apache_beam.options.pipeline_options import FlinkRunnerOptions, GoogleCloudOptions, PipelineOptions, StandardOptions
 
+from pipelines.beam_io.read import CALL_SECONDS
 from pipelines.config import RunConfig
 from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.kafka.transactions import TransactionalOutput
 from pipelines.runners import flink_rest
 from pipelines.runners.harness import collect_garbage_rarely, end_bundles_promptly
 from pipelines.runners.in_process import consolidate_metrics_eagerly
-from pipelines.runners.options import sharded_flink_args
+from pipelines.runners.options import FlinkLatencyOptions, low_latency_flink_args
 from pipelines.state.resume import ResumePoint, check_resume, resume_exact, resume_sharded, source_of, supersede
 from pipelines.steps import NAMESPACE
 
@@ -86,9 +87,9 @@ def pipeline_options(cfg: RunConfig) -> tuple[PipelineOptions, object]:
     options = PipelineOptions(cfg.beam_args)
     runner_name = options.view_as(StandardOptions).runner
     flink = "flink" in (runner_name or "").lower()
-    if flink and cfg.shards is not None and not _has_flag(cfg.beam_args, "--job_endpoint"):
-        # for the job server Beam starts on this machine
-        options = PipelineOptions([*cfg.beam_args, *sharded_flink_args(cfg.beam_args)])
+    if flink and (cfg.shards is not None or not cfg.bounded) and not _has_flag(cfg.beam_args, "--job_endpoint"):
+        # A run that streams (the feedback loop, or unbounded); for the job server Beam starts on this machine.
+        options = PipelineOptions([*cfg.beam_args, *low_latency_flink_args(cfg.beam_args)])
     standard = options.view_as(StandardOptions)
     # Never Flink's batch mode: it does not keep a partition's order on the
     # way to the keyed model, which exact mode relies on (docs/runners.md).
@@ -102,6 +103,18 @@ def pipeline_options(cfg: RunConfig) -> tuple[PipelineOptions, object]:
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
     return options, FnApiRunner()
+
+
+def read_calls_for_runner(cfg: RunConfig, options: PipelineOptions) -> RunConfig:
+    """``cfg`` with Kafka read calls no longer than the Flink bundles
+    ``options`` ask for (unless ``read_call_seconds`` is set already): a
+    bundle cannot end before the read call it runs returns, so with 1 s
+    calls a 20 ms bundle would still last a second."""
+    bundle_ms = options.view_as(FlinkLatencyOptions).max_bundle_time_mills
+    flink = "flink" in (options.view_as(StandardOptions).runner or "").lower()
+    if cfg.read_call_seconds is not None or bundle_ms is None or not flink:
+        return cfg
+    return dataclasses.replace(cfg, read_call_seconds=min(CALL_SECONDS, bundle_ms / 1000))
 
 
 def _has_flag(args: list[str], name: str) -> bool:
@@ -148,6 +161,7 @@ def start(cfg: RunConfig):
         output_schemas(cfg)
     cfg, point = prepare_resume(cfg, admin)
     options, runner = pipeline_options(cfg)
+    cfg = read_calls_for_runner(cfg, options)
     master = session_master(options)
     if master is not None:
         cloud = options.view_as(GoogleCloudOptions)

@@ -30,6 +30,9 @@ from pipelines.kafka.consumer import UNBOUNDED_STOP, PartitionRange, resolve_ran
 from .batch_coder import KafkaBatch
 from .partition_fn import BoundedReadPartitionFn, PartitionSpec, UnboundedReadPartitionFn
 
+CALL_SECONDS = 1.0
+"""Default longest read of a partition in one call (``checkpoint_seconds``)."""
+
 
 class _ResolvePartitions(beam.DoFn):
     """Impulse -> one ``PartitionSpec`` per partition of the topic."""
@@ -77,7 +80,7 @@ class ReadFromKafka(beam.PTransform):
     def __init__(self, bootstrap: str, topic: str, *, bounded: bool = True, group_id: Optional[str] = None,
                  start_offsets: Optional[dict[int, int]] = None, consumer_config: Optional[dict] = None,
                  max_batch: int = 1000, poll_timeout: float = 0.2, stop_after: Optional[int] = None,
-                 checkpoint_seconds: float = 1.0, resolve_timeout: float = 30.0, use_committed: bool = True):
+                 checkpoint_seconds: float = CALL_SECONDS, resolve_timeout: float = 30.0, use_committed: bool = True):
         super().__init__()
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
@@ -105,18 +108,18 @@ class ReadFromKafkaRanges(beam.PTransform):
     runs live, which two sources joined by a Flatten would not. A range with
     ``stop = UNBOUNDED_STOP`` reads until its ``stop_rule`` says so (or
     forever); the read is unbounded if any range is. Settings as for
-    :class:`ReadFromKafka`."""
+    :class:`ReadFromKafka` (``checkpoint_seconds`` None: its default)."""
 
     def __init__(self, bootstrap: str, ranges: list[PartitionRange], *, group_id: Optional[str] = None,
                  consumer_config: Optional[dict] = None, max_batch: int = 1000, poll_timeout: float = 0.2,
-                 checkpoint_seconds: float = 1.0):
+                 checkpoint_seconds: float | None = None):
         super().__init__()
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         self.ranges = [PartitionSpec(*r) for r in ranges]
         unbounded = any(r.stop >= UNBOUNDED_STOP for r in self.ranges)
         self.read = _read_fn(unbounded, bootstrap, group_id, dict(consumer_config or {}), max_batch, poll_timeout,
-                             checkpoint_seconds)
+                             CALL_SECONDS if checkpoint_seconds is None else checkpoint_seconds)
 
     def expand(self, pbegin):
         return (pbegin

@@ -37,7 +37,8 @@ def _read(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint):
     if cfg.checkpoint_dir:
         write_run_start(cfg.checkpoint_dir, {(r.topic, r.partition): r.start for r in ranges})
     return p | "Read" >> ReadFromKafkaRanges(
-        cfg.bootstrap, ranges, group_id=cfg.group_id, consumer_config=cfg.kafka_config, max_batch=cfg.max_batch)
+        cfg.bootstrap, ranges, group_id=cfg.group_id, consumer_config=cfg.kafka_config, max_batch=cfg.max_batch,
+        checkpoint_seconds=cfg.read_call_seconds)
 
 
 def build_exact(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint) -> None:

@@ -33,9 +33,10 @@ flink
     partitions, 2 TaskManagers, 48% of the events dropped as "already
     covered", the rest learned out of order). Without checkpoints there are
     no offset commits: the scinol checkpoints decide where a rerun resumes.
-    A sharded run also gets short bundles and a short network buffer timeout
-    (:func:`sharded_flink_args`, added by ``pipelines.launch`` for the runner
-    named by any flags).
+    An unbounded or sharded run also gets short bundles and a short network
+    buffer timeout (:func:`low_latency_flink_args`, added by
+    ``pipelines.launch`` for the runner named by any flags, which also keeps
+    the Kafka read's calls within a bundle's time).
 prism
     Beam's Prism runner, the binary ``scinol provision prism`` built.
 
@@ -155,10 +156,10 @@ def prism_args(prism_binary=None) -> list[str]:
     return ["--runner=PrismRunner", f"--prism_location={prism_binary or provision_prism()}"]
 
 
-SHARDED_BUNDLE_MILLIS = 20
-"""Flink's ``--max_bundle_time_mills`` for a sharded run (Flink's default: 1,000)."""
-SHARDED_BUFFER_TIMEOUT_MS = 1
-"""Flink's ``execution.buffer-timeout`` for a sharded run (Flink's default: 100 ms)."""
+LOW_LATENCY_BUNDLE_MILLIS = 20
+"""Flink's ``--max_bundle_time_mills`` for a run that streams (Flink's default: 1,000)."""
+LOW_LATENCY_BUFFER_TIMEOUT_MS = 1
+"""Flink's ``execution.buffer-timeout`` for a run that streams (Flink's default: 100 ms)."""
 
 
 class FlinkLatencyOptions(PipelineOptions):
@@ -174,34 +175,35 @@ class FlinkLatencyOptions(PipelineOptions):
                             help="Flink: a directory whose flink-conf.yaml the job server reads")
 
 
-def sharded_flink_args(given: list[str]) -> list[str]:
-    """The Flink flags a sharded run adds to the user's (``given``), which
-    win. Sharded mode's feedback loop crosses three keyed steps per round,
-    each one a Flink network exchange, then Kafka: with Flink's defaults
-    every exchange waits for the bundle to end (up to 1 s) and for the
-    network buffer to be flushed (up to 100 ms). At staleness 0 that was
-    1.5 s per event on embedded Flink; with these, about 0.13 s
-    (docs/runners.md). Exact mode keeps the defaults: it is throughput-bound,
-    and a model pickled into Beam state at every bundle's end favours long
-    bundles."""
-    made = [f"--max_bundle_time_mills={SHARDED_BUNDLE_MILLIS}"]
+def low_latency_flink_args(given: list[str]) -> list[str]:
+    """The Flink flags an unbounded or sharded run adds to the user's
+    (``given``), which win. With Flink's defaults every network exchange
+    waits for its bundle to end (up to 1 s) and for its buffer to be
+    flushed (up to 100 ms). Sharded mode's feedback loop crosses three per
+    round: at staleness 0 that was 1.5 s per event on embedded Flink, with
+    these and read calls as short (``pipelines.launch.read_calls_for_runner``)
+    about 0.05 s. Exact mode's predictions waited for the keyed model's
+    bundle: at 1,000 events/s p50 1.1 s and p99 2.0 s; with these 62-64 ms
+    and 106-112 ms, for about a quarter of a core more (docs/runners.md). A
+    bounded exact run keeps Flink's defaults: it is a backfill, throughput-bound."""
+    made = [f"--max_bundle_time_mills={LOW_LATENCY_BUNDLE_MILLIS}"]
     if _not_given(["--flink_conf_dir"], given):
-        made.append(f"--flink_conf_dir={sharded_flink_conf_dir()}")  # written only when it is used
+        made.append(f"--flink_conf_dir={low_latency_flink_conf_dir()}")  # written only when it is used
     return _not_given(made, given)
 
 
-def sharded_flink_conf_dir() -> Path:
-    """A directory holding a flink-conf.yaml with the sharded run's network
+def low_latency_flink_conf_dir() -> Path:
+    """A directory holding a flink-conf.yaml with the low-latency network
     buffer timeout (the job server Beam starts on this machine reads it), in
     scinol's cache, or the temporary directory where the cache cannot be
     written; written once."""
     from pipelines.provision.cache import cache_root
 
-    text = f"execution.buffer-timeout: {SHARDED_BUFFER_TIMEOUT_MS} ms\n"
+    text = f"execution.buffer-timeout: {LOW_LATENCY_BUFFER_TIMEOUT_MS} ms\n"
     try:
-        return _written(cache_root() / "flink-conf" / "sharded", text)
+        return _written(cache_root() / "flink-conf" / "low-latency", text)
     except OSError:
-        return _written(Path(tempfile.gettempdir()) / "scinol-flink-conf-sharded", text)
+        return _written(Path(tempfile.gettempdir()) / "scinol-flink-conf-low-latency", text)
 
 
 def _written(folder: Path, text: str) -> Path:

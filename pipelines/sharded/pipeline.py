@@ -88,7 +88,7 @@ def build_sharded(p: beam.Pipeline, cfg: RunConfig, resume: ResumePoint) -> Shar
     consumer = {"fetch.wait.max.ms": FEEDBACK_FETCH_WAIT_MS, **cfg.kafka_config}
     batches = p | "ReadEventsAndFeedback" >> ReadFromKafkaRanges(
         cfg.bootstrap, events + labels + [feedback], group_id=cfg.group_id, consumer_config=consumer,
-        max_batch=cfg.max_batch)
+        max_batch=cfg.max_batch, checkpoint_seconds=cfg.read_call_seconds)
     # Output type hints give the keyed steps deterministic key coders.
     Keyed, ShardKeyed = typing.Tuple[str, typing.Any], typing.Tuple[typing.Tuple[str, int], typing.Any]
     decoded = batches | "Decode" >> beam.ParDo(DecodeShardedInput(cfg, columnar=cfg.columnar_decode)).with_output_types(

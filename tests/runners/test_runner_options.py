@@ -173,15 +173,18 @@ def test_sharded_state_goes_to_beam_state_only_where_the_runner_restores_it(flag
         == restores
 
 
-def test_a_sharded_flink_run_ends_bundles_and_flushes_the_network_quickly(tmp_path, monkeypatch):
+def test_a_flink_run_that_streams_ends_bundles_flushes_the_network_and_returns_from_reads_quickly(
+        tmp_path, monkeypatch):
     """Sharded mode's feedback loop crosses three Flink exchanges per event
-    at staleness 0: a sharded run on Flink gets short bundles and a 1 ms
-    network buffer timeout (a flink-conf.yaml the local job server reads);
-    the user's own flags win; exact mode, and a job server elsewhere, keep
-    Flink's defaults. The declared options parse without a warning."""
+    at staleness 0, and an unbounded exact run's predictions wait for the
+    keyed model's bundle: both get short bundles, a 1 ms network buffer
+    timeout (a flink-conf.yaml the local job server reads) and read calls
+    no longer than a bundle; the user's own flags win; a bounded exact run (a backfill), a job
+    server elsewhere and the other runners keep the defaults. The declared
+    options parse without a warning."""
     import logging
 
-    from pipelines.launch import pipeline_options
+    from pipelines.launch import pipeline_options, read_calls_for_runner
     from pipelines.runners.options import FlinkLatencyOptions
     from tests.support.runs import config
 
@@ -193,11 +196,16 @@ def test_a_sharded_flink_run_ends_bundles_and_flushes_the_network_quickly(tmp_pa
         mine = options.view_as(FlinkLatencyOptions)
         return mine.max_bundle_time_mills, mine.flink_conf_dir
 
+    def read_seconds(beam_args, **kw):
+        cfg = config("127.0.0.1:9092", "t", tmp_path, beam_args=beam_args, **kw)
+        return read_calls_for_runner(cfg, pipeline_options(cfg)[0]).read_call_seconds
+
     bundle, conf_dir = latency(on_flink, shards=2)
     assert bundle == 20
     with open(f"{conf_dir}/flink-conf.yaml") as f:
         assert f.read() == "execution.buffer-timeout: 1 ms\n"
     assert latency(on_flink, shards=2)[1] == conf_dir  # the same folder the next time
+    assert latency(on_flink, bounded=False) == (20, conf_dir)  # exact mode, unbounded
     (tmp_path / "not-a-folder").write_text("")
     monkeypatch.setenv("SCINOL_CACHE", str(tmp_path / "not-a-folder"))  # a cache it cannot write to
     elsewhere = latency(on_flink, shards=2)[1]
@@ -206,10 +214,19 @@ def test_a_sharded_flink_run_ends_bundles_and_flushes_the_network_quickly(tmp_pa
         assert f.read() == "execution.buffer-timeout: 1 ms\n"
     assert latency([*on_flink, "--max_bundle_time_mills=250", "--flink_conf_dir=/etc/flink"], shards=2) == \
         (250, "/etc/flink")
-    assert latency(on_flink) == (None, None)  # exact mode
+    assert latency(on_flink) == (None, None)  # exact mode, bounded
     assert latency(["--runner=FlinkRunner", "--job_endpoint=elsewhere:8099"], shards=2) == (None, None)
     assert latency(["--runner=PortableRunner", "--job_endpoint=x:1"], shards=2) == (None, None)
     assert latency([], shards=2) == (None, None)  # the in-process runner
+
+    # read calls no longer than the bundles: with 1 s calls a 20 ms bundle would still last a second
+    assert read_seconds(on_flink, shards=2) == read_seconds(on_flink, bounded=False) == 0.02
+    assert read_seconds([*on_flink, "--max_bundle_time_mills=250"], bounded=False) == 0.25
+    assert read_seconds([*on_flink, "--max_bundle_time_mills=5000"], bounded=False) == 1.0
+    assert read_seconds(on_flink, bounded=False, read_call_seconds=0.5) == 0.5
+    assert read_seconds(on_flink) is None  # exact mode, bounded: the read's default
+    assert read_seconds(["--runner=FlinkRunner", "--job_endpoint=elsewhere:8099"], shards=2) is None
+    assert read_seconds([], bounded=False) is read_seconds(["--runner=PrismRunner"], shards=2) is None
 
     records = []
     handler = logging.Handler()
@@ -220,3 +237,15 @@ def test_a_sharded_flink_run_ends_bundles_and_flushes_the_network_quickly(tmp_pa
     finally:
         logging.getLogger().removeHandler(handler)
     assert not [r for r in records if "Unparseable" in r.getMessage()]
+
+
+def test_the_kafka_read_returns_after_a_second_unless_given_a_shorter_call():
+    """A read call holds its partition for ``checkpoint_seconds`` (an SDF
+    checkpoint then lets the bundle end); None is the read's default."""
+    from pipelines.beam_io.read import CALL_SECONDS, ReadFromKafkaRanges
+    from pipelines.kafka.consumer import UNBOUNDED_STOP, PartitionRange
+
+    ranges = [PartitionRange("t", 0, 0, UNBOUNDED_STOP)]
+    assert ReadFromKafkaRanges("b:1", ranges).read._checkpoint_seconds == CALL_SECONDS == 1.0
+    assert ReadFromKafkaRanges("b:1", ranges, checkpoint_seconds=None).read._checkpoint_seconds == 1.0
+    assert ReadFromKafkaRanges("b:1", ranges, checkpoint_seconds=0.02).read._checkpoint_seconds == 0.02
