@@ -3,8 +3,9 @@
 the time between consecutive predictions at staleness 0 (one round trip per
 event: source, three keyed steps, the feedback topic and back), with
 Flink's bundle and network-buffer defaults and with the ones a sharded run
-now gets (``pipelines.runners.options.sharded_flink_args``), taking turns in
-one run on the same broker.
+now gets (``pipelines.runners.options.low_latency_flink_args``; the Kafka
+read's calls last no longer than a bundle), taking turns in one run on the
+same broker.
 
 Usage: python benchmarks/bench_flink_round_trip.py [--n 40] [--repeats 2] [--staleness 0]
 Needs the provisioned Flink job server and Apache Kafka
