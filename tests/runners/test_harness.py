@@ -51,7 +51,8 @@ def test_garbage_is_collected_rarely_and_the_start_up_heap_is_frozen_once():
         frozen = gc.get_freeze_count()
         assert frozen > 1000 and gc.get_threshold() == (GC_YOUNG_THRESHOLD, *before[1:])
         collect_garbage_rarely()  # a second pipeline in the same process freezes nothing more
-        assert gc.get_freeze_count() == frozen
+        # (a frozen object freed meanwhile, e.g. by a thread an earlier test left running, lowers the count)
+        assert gc.get_freeze_count() <= frozen
         class Node:
             pass
 
