@@ -132,18 +132,20 @@ class GoneIds(Mapping):
         """(the live ids' UTF-8 bytes end to end, their offsets (n + 1), their
         fates as int8), oldest first: what a checkpoint keeps."""
         ends = np.frombuffer(self._ends, np.int64) if len(self._ends) else np.zeros(0, np.int64)
-        live = np.flatnonzero(np.frombuffer(bytes(self._live), np.uint8))
-        starts = np.concatenate([[0], ends[:-1]])[live] if live.size else np.zeros(0, np.int64)
-        lengths = ends[live] - starts
-        offsets = np.zeros(live.shape[0] + 1, np.int64)
+        live = np.frombuffer(bytes(self._live), np.bool_)
+        lengths = np.diff(ends, prepend=0)
+        # a mask of one byte per byte of the buffer, not an index of eight (a million 29-byte ids: 1 s -> 0.05 s)
+        raw = np.frombuffer(bytes(self._buf), np.uint8)[np.repeat(live, lengths)]
+        lengths = lengths[live]
+        offsets = np.zeros(lengths.shape[0] + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        at = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1], dtype=np.int64)
-        raw = np.frombuffer(bytes(self._buf), np.uint8)[at]
         return raw, offsets, np.frombuffer(bytes(self._fate), np.int8)[live].copy()
 
     def _compact(self) -> None:
         raw, offsets, fates = self.arrays()
-        self._restore(raw.tobytes(), offsets, fates)
+        # The map's order is the live entries' order (an id forgotten again is popped and inserted again as
+        # its entry is appended), so its keys are the compacted entries' ids: none is decoded again.
+        self._restore(raw.tobytes(), offsets, fates, ids=list(self._at))
 
     def restore(self, raw: bytes, offsets: np.ndarray, fates: np.ndarray) -> None:
         """Fill an empty one with what :meth:`arrays` gave."""
@@ -151,15 +153,17 @@ class GoneIds(Mapping):
             raise ValueError("restore() fills an empty GoneIds")
         self._restore(raw, offsets, fates)
 
-    def _restore(self, raw: bytes, offsets: np.ndarray, fates: np.ndarray) -> None:
+    def _restore(self, raw: bytes, offsets: np.ndarray, fates: np.ndarray, ids: list[str] | None = None) -> None:
         n = len(fates)
         self._buf = bytearray(raw)
         self._ends = array("q", np.asarray(offsets[1:], np.int64).tobytes())
         self._fate = bytearray(np.asarray(fates, np.int8).tobytes())
         self._live = bytearray(b"\x01" * n)
         self._head = 0
-        at = offsets.tolist()
-        self._at = {raw[a:b].decode(): k for k, (a, b) in enumerate(zip(at[:-1], at[1:]))}
+        if ids is None:
+            at = offsets.tolist()
+            ids = [raw[a:b].decode() for a, b in zip(at[:-1], at[1:])]
+        self._at = dict(zip(ids, range(n)))
 
 
 _WAITING_OVERHEAD = 600  # bytes of a held event besides its arrays: the Waiting, its ids, arrays' headers

@@ -149,6 +149,32 @@ def test_gone_ids_compact_and_keep_their_order():
     assert fates.tolist() == [1 + k % 3 for k in range(19_000, 20_000)]
 
 
+def test_gone_ids_compacted_while_ids_are_forgotten_again_keep_each_ids_fate_and_place():
+    """Compaction (every few thousand drops) renumbers the entries: an id
+    forgotten again afterwards must leave its own entry, and every id keep
+    its fate, as the ordered map they replace."""
+    from collections import OrderedDict
+
+    from pipelines.records.labels import GoneIds
+
+    rng = np.random.default_rng(7)
+    gone, want, compactions, size = GoneIds(3000), OrderedDict(), 0, 0
+    for step, (k, fate) in enumerate(zip(rng.integers(0, 6000, 40_000).tolist(), rng.integers(1, 5, 40_000).tolist())):
+        gone.forget(f"e{k}", fate)
+        want[f"e{k}"] = fate
+        want.move_to_end(f"e{k}")
+        while len(want) > 3000:
+            want.popitem(last=False)
+        compactions += len(gone._fate) < size
+        size = len(gone._fate)
+        if step % 5000 == 4999:
+            assert list(gone.items()) == list(want.items())
+    assert compactions >= 3 and list(gone.items()) == list(want.items())
+    raw, offsets, fates = gone.arrays()
+    assert fates.tolist() == list(want.values())
+    assert [raw[a:b].tobytes().decode() for a, b in zip(offsets[:-1], offsets[1:])] == list(want)
+
+
 def test_a_batch_held_past_the_maximum_with_an_id_twice_is_held_as_event_by_event():
     """add_events over the maximum, with an id twice in the batch: the same
     events, order and fields as add_event one by one."""
