@@ -46,6 +46,7 @@ from .strings import Strings
 from .validation import check_label_and_weight
 
 LABELLED, EXPIRED, TOO_LATE = 1, 2, 3  # what happened to an event that left the store
+UNKNOWN = 4  # or to a label that left it without finding its event
 
 
 class EarlyLabel(NamedTuple):
@@ -74,7 +75,7 @@ def check_label(record: dict, loss: str, n_classes: int | None) -> tuple[str, st
 
 class GoneIds(Mapping):
     """Ids of events that left the store, with their fate (LABELLED, EXPIRED
-    or TOO_LATE), oldest first, the newest ``limit`` of them: an ordered map
+    or TOO_LATE; UNKNOWN: a label that found no event), oldest first, the newest ``limit`` of them: an ordered map
     whose ids also sit, as UTF-8, in one growing buffer, so that saving it
     (:meth:`arrays`, at every bundle of a pipeline) is a few array
     operations, not one per id. Forgetting an id again moves it to the end."""
@@ -177,7 +178,7 @@ class PendingStore:
         self.ttl_ms, self.max_pending = float(ttl_ms), int(max_pending)
         self.events = HeldEvents()  # id -> Waiting, in arrival order
         self.labels: OrderedDict[str, EarlyLabel] = OrderedDict()
-        self.gone = GoneIds(self.max_pending)  # recently left: LABELLED, EXPIRED or TOO_LATE
+        self.gone = GoneIds(self.max_pending)  # recently left: LABELLED, EXPIRED, TOO_LATE or UNKNOWN
         self.event_clock = -math.inf  # the newest event timestamp seen (ms)
         self.label_clock = -math.inf  # the newest label timestamp seen (ms)
         self.expired_events = 0
@@ -321,6 +322,10 @@ class PendingStore:
             return row
         elif self.gone.get(event_id) in (LABELLED, TOO_LATE) or event_id in self.labels:
             self.unmatched_labels.append((message, LABEL_DUPLICATE, f"event {event_id!r} was already labelled"))
+        elif self.gone.get(event_id) == UNKNOWN:
+            # as if the first label were still held: what a label counts as does not depend on how topics interleave
+            self.unmatched_labels.append((message, LABEL_DUPLICATE, f"a label of event {event_id!r} came before "
+                                                                    "and found no event"))
         elif self.gone.get(event_id) == EXPIRED:
             self._too_late(message, event_id)
             self._forget(event_id, TOO_LATE)  # labelled now: a second label is a duplicate
@@ -362,6 +367,7 @@ class PendingStore:
         self.unmatched_labels.append((early.message, LABEL_UNKNOWN_EVENT,
                                       f"no event {event_id!r} arrived within the label TTL "
                                       f"({self.ttl_ms / 1000:g} s) or the maximum ({self.max_pending:,} waiting)"))
+        self._forget(event_id, UNKNOWN)  # a second label for it is a duplicate, as while this one waited
 
     def _forget(self, event_id: str, fate: int) -> None:
         self.gone.forget(event_id, fate)
