@@ -35,7 +35,8 @@ Found for ``scinol.Label`` records on a labels topic (delayed feedback):
                          (the label waited for it that long)
 - ``label_expired``      the event was held longer than the label TTL (or
                          pushed out by the maximum) before its label came
-- ``label_duplicate``    the event has already been learned from
+- ``label_duplicate``    the event has already been learned from, or an
+                         earlier label of that id found no event
 
 A label record is also checked like an event's label and weight
 (``bad_label``, ``non_finite_weight``, ``bad_weight``). Besides these, a
