@@ -35,13 +35,13 @@ from pipelines.kafka.apache_broker import ApacheKafkaBroker
 from pipelines.kafka.consumer import read_topic
 from pipelines.launch import start
 from pipelines.records.topics import produce_events, read_records
-from pipelines.runners.options import RunnerOptions, flink_args
+from pipelines.runners.options import RunnerOptions, flink_args, flink_default_latency_args
 
 
-def variants(flink_conf: Path) -> dict[str, list[str]]:
-    """Flag sets to compare; ``flink_conf`` holds Flink's default buffer timeout."""
+def variants(work: Path) -> dict[str, list[str]]:
+    """Flag sets to compare (Flink's buffer timeout written in ``work``)."""
     return {"Flink's defaults (1 s bundles, 100 ms buffer timeout; 1 s read calls)":
-            ["--max_bundle_time_mills=1000", f"--flink_conf_dir={flink_conf}"],
+            flink_default_latency_args(work / "flink-defaults"),
             "an unbounded run's defaults (20 ms bundles, 1 ms buffer timeout; 20 ms read calls)": []}
 
 
@@ -122,12 +122,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="flink-latency-"))
-    (work / "flink-defaults").mkdir()
-    (work / "flink-defaults" / "flink-conf.yaml").write_text("execution.buffer-timeout: 100 ms\n")
     rows = []
     with ApacheKafkaBroker() as broker:
         for repeat in range(args.repeats):
-            for name, flags in variants(work / "flink-defaults").items():
+            for name, flags in variants(work).items():
                 common = (broker.bootstrap, work, json.dumps(flags))
                 got = _in_a_new_process("latency", *common, args.rate, args.seconds)
                 got["backlog s"] = _in_a_new_process("backlog", *common, args.backlog, 0)

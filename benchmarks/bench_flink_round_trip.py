@@ -29,13 +29,14 @@ from pipelines.launch import run
 from pipelines.provision.flink import DEFAULT_FLINK_VERSION, provision_flink_job_server
 from pipelines.records.events import dense_events
 from pipelines.records.topics import produce_events
+from pipelines.runners.options import flink_default_latency_args
 
 
-def variants(flink_conf: Path) -> dict[str, list[str]]:
-    """Flag sets to compare; ``flink_conf`` holds Flink's default buffer timeout."""
-    return {"Flink's defaults (1 s bundles, 100 ms buffer timeout)":
-            ["--max_bundle_time_mills=1000", f"--flink_conf_dir={flink_conf}"],
-            "short bundles only (20 ms)": ["--max_bundle_time_mills=20", f"--flink_conf_dir={flink_conf}"],
+def variants(work: Path) -> dict[str, list[str]]:
+    """Flag sets to compare (Flink's buffer timeout written in ``work``)."""
+    defaults = flink_default_latency_args(work / "flink-defaults")
+    return {"Flink's defaults (1 s bundles, 100 ms buffer timeout)": defaults,
+            "short bundles only (20 ms)": ["--max_bundle_time_mills=20", *defaults[1:]],
             "sharded run's defaults (20 ms bundles, 1 ms buffer timeout)": []}
 
 
@@ -79,12 +80,10 @@ def main() -> None:
     args = ap.parse_args()
     jar = provision_flink_job_server()
     work = Path(tempfile.mkdtemp(prefix="round-trip-"))
-    (work / "flink-defaults").mkdir()
-    (work / "flink-defaults" / "flink-conf.yaml").write_text("execution.buffer-timeout: 100 ms\n")
     rows = []
     with ApacheKafkaBroker() as broker:
         for repeat in range(args.repeats):
-            for name, flags in variants(work / "flink-defaults").items():
+            for name, flags in variants(work).items():
                 got = one_run(broker.bootstrap, jar, flags, args.n, args.staleness, work)
                 rows.append((name, repeat + 1, got))
                 print(f"{name}, run {repeat + 1}: {got}", flush=True)

@@ -192,6 +192,15 @@ def low_latency_flink_args(given: list[str]) -> list[str]:
     return _not_given(made, given)
 
 
+def flink_default_latency_args(folder: Path) -> list[str]:
+    """The flags that give a run Flink's own bundle time and network buffer
+    timeout back (1 s, 100 ms; the read calls follow the bundles), the
+    buffer timeout in a flink-conf.yaml written in ``folder``: what the
+    benchmarks compare :func:`low_latency_flink_args` with."""
+    _written(Path(folder), "execution.buffer-timeout: 100 ms\n")
+    return ["--max_bundle_time_mills=1000", f"--flink_conf_dir={folder}"]
+
+
 def low_latency_flink_conf_dir() -> Path:
     """A directory holding a flink-conf.yaml with the low-latency network
     buffer timeout (the job server Beam starts on this machine reads it), in

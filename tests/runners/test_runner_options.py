@@ -185,7 +185,7 @@ def test_a_flink_run_that_streams_ends_bundles_flushes_the_network_and_returns_f
     import logging
 
     from pipelines.launch import pipeline_options, read_calls_for_runner
-    from pipelines.runners.options import FlinkLatencyOptions
+    from pipelines.runners.options import FlinkLatencyOptions, flink_default_latency_args
     from tests.support.runs import config
 
     monkeypatch.setenv("SCINOL_CACHE", str(tmp_path / "cache"))
@@ -224,6 +224,10 @@ def test_a_flink_run_that_streams_ends_bundles_flushes_the_network_and_returns_f
     assert read_seconds([*on_flink, "--max_bundle_time_mills=250"], bounded=False) == 0.25
     assert read_seconds([*on_flink, "--max_bundle_time_mills=5000"], bounded=False) == 1.0
     assert read_seconds(on_flink, bounded=False, read_call_seconds=0.5) == 0.5
+    back = flink_default_latency_args(tmp_path / "flink-defaults")  # what the benchmarks compare with
+    assert latency([*on_flink, *back], bounded=False) == (1000, str(tmp_path / "flink-defaults"))
+    assert read_seconds([*on_flink, *back], bounded=False) == 1.0
+    assert (tmp_path / "flink-defaults" / "flink-conf.yaml").read_text() == "execution.buffer-timeout: 100 ms\n"
     assert read_seconds(on_flink) is None  # exact mode, bounded: the read's default
     assert read_seconds(["--runner=FlinkRunner", "--job_endpoint=elsewhere:8099"], shards=2) is None
     assert read_seconds([], bounded=False) is read_seconds(["--runner=PrismRunner"], shards=2) is None
