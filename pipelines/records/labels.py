@@ -75,8 +75,9 @@ def check_label(record: dict, loss: str, n_classes: int | None) -> tuple[str, st
 
 class GoneIds(Mapping):
     """Ids of events that left the store, with their fate (LABELLED, EXPIRED
-    or TOO_LATE; UNKNOWN: a label that found no event), oldest first, the newest ``limit`` of them: an ordered map
-    whose ids also sit, as UTF-8, in one growing buffer, so that saving it
+    or TOO_LATE; UNKNOWN: a label that found no event), oldest first, the
+    newest ``limit`` of them: an ordered map whose ids also sit, as UTF-8,
+    in one growing buffer, so that saving it
     (:meth:`arrays`, at every bundle of a pipeline) is a few array
     operations, not one per id. Forgetting an id again moves it to the end."""
 
