@@ -86,7 +86,7 @@ def pipeline_options(cfg: RunConfig) -> tuple[PipelineOptions, object]:
     DirectRunner would first try to download Prism, which cannot work here)."""
     options = PipelineOptions(cfg.beam_args)
     runner_name = options.view_as(StandardOptions).runner
-    flink = "flink" in (runner_name or "").lower()
+    flink = _on_flink(options)
     if flink and (cfg.shards is not None or not cfg.bounded) and not _has_flag(cfg.beam_args, "--job_endpoint"):
         # A run that streams (the feedback loop, or unbounded); for the job server Beam starts on this machine.
         options = PipelineOptions([*cfg.beam_args, *low_latency_flink_args(cfg.beam_args)])
@@ -111,10 +111,13 @@ def read_calls_for_runner(cfg: RunConfig, options: PipelineOptions) -> RunConfig
     bundle cannot end before the read call it runs returns, so with 1 s
     calls a 20 ms bundle would still last a second."""
     bundle_ms = options.view_as(FlinkLatencyOptions).max_bundle_time_mills
-    flink = "flink" in (options.view_as(StandardOptions).runner or "").lower()
-    if cfg.read_call_seconds is not None or bundle_ms is None or not flink:
+    if cfg.read_call_seconds is not None or bundle_ms is None or not _on_flink(options):
         return cfg
     return dataclasses.replace(cfg, read_call_seconds=min(CALL_SECONDS, bundle_ms / 1000))
+
+
+def _on_flink(options: PipelineOptions) -> bool:
+    return "flink" in (options.view_as(StandardOptions).runner or "").lower()
 
 
 def _has_flag(args: list[str], name: str) -> bool:
@@ -178,7 +181,7 @@ def start(cfg: RunConfig):
 def session_master(options: PipelineOptions) -> str | None:
     """The REST address (``host:port``) of the Flink session cluster the
     options run on; None for any other runner or an embedded Flink."""
-    if "flink" not in (options.view_as(StandardOptions).runner or "").lower():
+    if not _on_flink(options):
         return None
     master = options.view_as(FlinkRunnerOptions).flink_master
     return None if master.startswith("[") else master.removeprefix("http://")

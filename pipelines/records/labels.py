@@ -313,21 +313,23 @@ class PendingStore:
         """:meth:`add_label`'s decision: the held event's row (:meth:`HeldEvents.take`) if it matches."""
         self.label_clock = max(self.label_clock, ts_ms)
         row = self.events.take(event_id)
-        if row is not None and ts_ms - self.events.ts_of(row) > self.ttl_ms:
+        if row is not None:
+            if ts_ms - self.events.ts_of(row) <= self.ttl_ms:
+                self._forget(event_id, LABELLED)
+                return row
             self._too_late(message, event_id)
             self._forget(event_id, TOO_LATE)
             if self.dropped is not None:
                 self.dropped.append(event_id)
-        elif row is not None:
-            self._forget(event_id, LABELLED)
-            return row
-        elif self.gone.get(event_id) in (LABELLED, TOO_LATE) or event_id in self.labels:
+            return None
+        fate = self.gone.get(event_id)
+        if fate in (LABELLED, TOO_LATE) or event_id in self.labels:
             self.unmatched_labels.append((message, LABEL_DUPLICATE, f"event {event_id!r} was already labelled"))
-        elif self.gone.get(event_id) == UNKNOWN:
+        elif fate == UNKNOWN:
             # as if the first label were still held: what a label counts as does not depend on how topics interleave
             self.unmatched_labels.append((message, LABEL_DUPLICATE, f"a label of event {event_id!r} came before "
                                                                     "and found no event"))
-        elif self.gone.get(event_id) == EXPIRED:
+        elif fate == EXPIRED:
             self._too_late(message, event_id)
             self._forget(event_id, TOO_LATE)  # labelled now: a second label is a duplicate
         else:

@@ -243,7 +243,7 @@ def test_a_flink_run_that_streams_ends_bundles_flushes_the_network_and_returns_f
     assert not [r for r in records if "Unparseable" in r.getMessage()]
 
 
-def test_the_kafka_read_returns_after_a_second_unless_given_a_shorter_call():
+def test_the_kafka_read_call_is_given_a_second_by_default_or_the_length_asked_for():
     """A read call holds its partition for ``checkpoint_seconds`` (an SDF
     checkpoint then lets the bundle end); None is the read's default."""
     from pipelines.beam_io.read import CALL_SECONDS, ReadFromKafkaRanges
