@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from .jit import njit
 
 from .hashing import FeatureHasher
 

@@ -42,7 +42,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from .jit import njit
 
 from .murmur import murmur3_words
 

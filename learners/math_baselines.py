@@ -31,7 +31,7 @@ prm: SGD/AdaGrad/NAG (η,), Adam (η, β1, β2, ε). glob = (t, N).
 
 import math
 
-from numba import njit
+from .jit import njit
 
 from .codes import ADAGRAD, NAG, SGD
 

@@ -18,7 +18,7 @@ Fields: P[j, k] = (h,); Q[j] = (s²,). prm = (α, dim). glob = (t, d_seen).
 
 import math
 
-from numba import njit
+from .jit import njit
 
 # Plain compiled functions, not numba-IR inlined: each is compiled once and
 # LLVM inlines it into every kernel, which keeps compile times short.

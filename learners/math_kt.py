@@ -30,7 +30,7 @@ coordinate. glob = (t, Wealth, C).
 
 import math
 
-from numba import njit
+from .jit import njit
 
 from .codes import KT_AVG, KT_COORD
 

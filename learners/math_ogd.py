@@ -20,7 +20,7 @@ glob = (t, Σ‖g‖², d).
 
 import math
 
-from numba import njit
+from .jit import njit
 
 from .codes import OGD_COORD
 

@@ -40,7 +40,7 @@ Fields: P[j, k] = (w,). prm = (η or C, power or importance_aware, ℓ_low).
 
 import math
 
-from numba import njit
+from .jit import njit
 
 from .codes import APROX, IMPLICIT, PA0, PA1
 

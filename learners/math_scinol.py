@@ -20,7 +20,7 @@ Lipschitz assumption |g| ≤ 1 becomes |h g| ≤ 1 for h ≤ 1).
 
 import math
 
-from numba import njit
+from .jit import njit
 
 from .codes import SCINOL1
 

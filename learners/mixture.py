@@ -59,13 +59,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from .jit import njit
 
 from . import math_kotlowski as KO
 from . import math_kt as KT
 from . import math_scinol as SC
 from .codes import KT_COORD, SCINOL1, SCINOL2
-from .jitcache import drop_stale_cache
+from .jit import drop_stale_cache
 from .losses import LOGISTIC, SOFTMAX, loss_grad_into
 from .state import LearnerState
 

@@ -8,7 +8,7 @@ is on uint64 kept to 32 bits; tests pin it to ``mmh3``.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from .jit import njit
 
 _U = np.uint64
 _M32 = _U(0xFFFFFFFF)

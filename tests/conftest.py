@@ -25,10 +25,13 @@ session's Apache Kafka alone.
 
 import os
 import re
+import tempfile
 import uuid
 from typing import NamedTuple
 
 import pytest
+
+from learners.jit import KERNELS_DIR_ENV
 
 MARKERS = {
     "kafka": "talks to a real Kafka-protocol broker",
@@ -42,6 +45,10 @@ INTEGRATION = ("kafka", "registry", "flink")
 
 
 def pytest_configure(config):
+    # Kernels from numba's JIT in every test and every process a test starts,
+    # whether or not `scinol compile` filled the default folder; the tests
+    # of compiled-ahead kernels (tests/cli/test_compile.py) name their own.
+    os.environ[KERNELS_DIR_ENV] = os.path.join(tempfile.gettempdir(), f"scinol-tests-no-kernels-{uuid.uuid4().hex}")
     for name, what in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
     if _in_ci() and not config.option.durations:

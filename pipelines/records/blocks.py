@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator, TypeVar
 
 import numpy as np
-from numba import njit
+from learners.jit import njit
 
 BLOCK_BYTES = 1 << 22
 PARSE_THREADS = min(2, os.cpu_count() or 1)

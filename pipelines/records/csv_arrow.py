@@ -19,7 +19,7 @@ import io
 from typing import Iterator
 
 import numpy as np
-from numba import njit
+from learners.jit import njit
 
 from .blocks import open_binary
 

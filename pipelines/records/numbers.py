@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from learners.jit import njit
 
 OK, NOT_A_NUMBER, UNDECIDED = 0, 1, 2
 """parse_decimal's status: a value; not in the syntax above; in the syntax

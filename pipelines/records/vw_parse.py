@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from learners.jit import njit
 
 from learners.murmur import murmur3_bytes
 

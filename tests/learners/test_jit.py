@@ -1,0 +1,116 @@
+"""Lazy kernels (learners.jit): importing them imports no numba, the first
+call makes every kernel numba's, and the key an ahead-of-time export is
+looked up by is the one numba's own typing gives."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numba
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from learners import aot, jit
+from learners.kernels import LEARN_ROWS
+
+
+def _numba_key(args):
+    """The key learners.aot gives the types numba's dispatcher infers."""
+    try:
+        key = tuple(aot.type_key(numba.typeof(a)) for a in args)
+    except (numba.core.errors.NumbaError, ValueError):  # e.g. a big-endian array: numba takes none
+        return None
+    return None if None in key else key
+
+
+DTYPES = ["f8", "f4", "i8", "i4", "u1", "?", ">f8"]
+
+
+@st.composite
+def arrays(draw):
+    dtype = np.dtype(draw(st.sampled_from(DTYPES)))
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    a = np.zeros(shape, dtype)
+    view = draw(st.sampled_from(["as is", "transposed", "strided", "readonly", "unaligned"]))
+    if view == "transposed":
+        a = a.T
+    elif view == "strided":
+        a = np.zeros((shape[0] * 2, *shape[1:]), dtype)[::2]
+    elif view == "readonly":
+        a.flags.writeable = False
+    elif view == "unaligned" and dtype.itemsize > 1:
+        a = np.frombuffer(bytes(1 + a.nbytes), dtype, count=a.size, offset=1).reshape(shape)
+    return a
+
+
+scalars = st.one_of(st.booleans(), st.integers(-(1 << 63), (1 << 63) - 1), st.floats(allow_nan=True),
+                    st.builds(np.float64, st.floats()), st.builds(np.int64, st.integers(-(1 << 63), (1 << 63) - 1)),
+                    st.builds(np.bool_, st.booleans()), st.builds(np.float32, st.floats(width=32)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(arrays(), scalars), min_size=1, max_size=6))
+def test_the_key_of_a_call_is_the_key_of_the_types_numba_infers_for_it(args):
+    ours = jit.args_key(args)
+    theirs = _numba_key(args)
+    if ours is not None or theirs is not None:
+        assert ours == theirs  # a key from the call must never name an export compiled for other types
+
+
+def test_integers_beyond_int64_and_other_objects_have_no_key():
+    assert jit.args_key([1 << 63]) is None
+    assert jit.args_key([[1.0, 2.0]]) is None  # a list: numba would reflect it; no export takes one
+    assert jit.args_key([np.float32(1.0)]) is None
+    assert jit.args_key([np.zeros(3).astype(">f8")]) is None
+    assert jit.args_key([np.zeros(3)]) == (("<f8", 1, "C", False),)
+
+
+def _python(code: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_importing_kernels_imports_no_numba_and_the_first_call_makes_every_kernel_numbas():
+    got = _python("""
+        import json, sys
+        import numpy as np
+        import learners, learners.kernels, learners.mixture, pipelines.records.datafiles
+        from pipelines.records import blocks
+        before = "numba" in sys.modules
+        lines = blocks.count_lines(np.frombuffer(b"a\\nb\\r\\nc", np.uint8))
+        import numba.core.registry as registry
+        print(json.dumps({"before": before, "lines": lines,
+                          "global_is_dispatcher": isinstance(blocks.count_lines, registry.CPUDispatcher),
+                          "callee_is_dispatcher": isinstance(learners.kernels._learn_rows, registry.CPUDispatcher)}))
+    """)
+    assert got == {"before": False, "lines": 2, "global_is_dispatcher": True, "callee_is_dispatcher": True}
+
+
+def test_a_kernel_pickles_by_name():
+    kernel = LEARN_ROWS[next(iter(LEARN_ROWS))]
+    assert isinstance(kernel, jit.Kernel)
+    assert pickle.loads(pickle.dumps(kernel)) in (kernel, kernel.dispatcher)  # numba's once materialized
+
+
+def test_njit_takes_numbas_forms():
+    def twice(x):
+        return 2 * x
+
+    bare, configured = jit.njit(twice), jit.njit(error_model="numpy")(twice)
+    assert bare(3) == configured(3) == 6
+    assert bare.py_func is twice and configured.py_func is twice
+
+
+@pytest.mark.parametrize("bad", [["text"], [1.0]])
+def test_a_call_no_export_matches_runs_on_numba(bad):
+    from pipelines.records.blocks import count_lines
+
+    with pytest.raises(numba.core.errors.TypingError):
+        count_lines(*bad)  # numba's own error for types it cannot take, not a crash in an export
