@@ -15,10 +15,10 @@ import sys
 
 from pipelines.runners.startup import skip_numba_probes
 
-from . import bench, broker, demo, flink, generate, learn, learners, model, produce, provision, registry, run, tail
+from . import bench, broker, compile, demo, flink, generate, learn, learners, model, produce, provision, registry, run, tail
 from .errors import EXIT_USAGE, UsageError
 
-COMMANDS = (learn, generate, learners, broker, registry, provision, flink, run, produce, tail, demo, model, bench)
+COMMANDS = (learn, compile, generate, learners, broker, registry, provision, flink, run, produce, tail, demo, model, bench)
 
 
 class _OptionalDependencyNotice(logging.Filter):

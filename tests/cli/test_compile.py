@@ -1,0 +1,120 @@
+"""``scinol compile``: `scinol learn` on kernels compiled ahead of time gives
+byte for byte what it gives on numba's JIT, without importing numba; calls
+the exports do not cover, and exports built from other sources, fall back
+to numba.
+
+One module fixture builds the kernels (numba's pycc) once; every command
+runs in a new process, where numba is not yet imported."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from learners.jit import KERNELS_DIR_ENV, MANIFEST
+from pipelines.cli.main import main
+
+pytestmark = pytest.mark.slow
+
+_REPORT = """
+import json, sys
+from pipelines.cli.main import main
+rc = main(sys.argv[1:])
+print(json.dumps({"rc": rc, "numba": "numba" in sys.modules}))
+"""
+
+
+def _learn(argv: list[str], kernels: str, cwd) -> tuple[dict, bytes]:
+    """Exit status and whether numba was imported, and the predictions file."""
+    env = {**os.environ, KERNELS_DIR_ENV: kernels}
+    done = subprocess.run([sys.executable, "-c", _REPORT, "learn", *argv, "--quiet", "-p", "pred.txt"],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with open(os.path.join(cwd, "pred.txt"), "rb") as f:
+        return json.loads(done.stdout.strip().splitlines()[-1]), f.read()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("kernels")
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "compile", "--out", str(folder)],
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "`scinol learn` now starts without numba" in done.stderr
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    for fmt in ("libsvm", "csv"):
+        assert main(["generate", "toy", "-o", str(folder / f"toy.{fmt}"), "--n", "3000", "--format", fmt]) == 0
+    with open(folder / "toy.libsvm") as src, open(folder / "toy.vw", "w") as dst:
+        dst.writelines(f"{label} |f {features}" for label, features in (line.split(" ", 1) for line in src))
+    with open(folder / "classes.libsvm", "w") as f:
+        f.writelines(f"{k % 3} 1:{k % 7} 2:{(k * 13) % 5 - 2} 9:1\n" for k in range(500))
+    return folder
+
+
+COMMANDS = [
+    ["toy.libsvm"],
+    ["toy.csv", "--label", "y"],
+    ["toy.vw"],
+    ["toy.vw", "-q", "ff", "-b", "12"],
+    ["toy.libsvm", "--learner", "scinol-mix"],
+    ["toy.libsvm", "--learner", "kotlowski2"],
+    ["toy.libsvm", "--learner", "kt", "--loss", "squared"],
+    ["toy.libsvm", "--learner", "pa1", "--loss", "hinge", "--passes", "2", "--batch-size", "7"],
+    ["classes.libsvm", "--loss", "softmax"],
+]
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: " ".join(a))
+def test_learn_on_compiled_kernels_predicts_what_numba_predicts_without_importing_numba(built, data, argv, tmp_path):
+    ahead, ahead_predictions = _learn([str(data / argv[0]), *argv[1:]], built, tmp_path)
+    jit, jit_predictions = _learn([str(data / argv[0]), *argv[1:]], str(tmp_path / "none"), tmp_path)
+    assert ahead == {"rc": 0, "numba": False}
+    assert jit == {"rc": 0, "numba": True}
+    assert ahead_predictions == jit_predictions and ahead_predictions.count(b"\n") in (3000, 500, 6000)
+
+
+def test_exports_built_from_other_sources_are_not_used(built, data, tmp_path):
+    stale = str(tmp_path / "stale")
+    shutil.copytree(built, stale)
+    with open(os.path.join(stale, MANIFEST)) as f:
+        manifest = json.load(f)
+    manifest["digest"] = "0" * 64  # as if a kernel's source had changed since the build
+    with open(os.path.join(stale, MANIFEST), "w") as f:
+        json.dump(manifest, f)
+    got, predictions = _learn([str(data / "toy.libsvm")], stale, tmp_path)
+    assert got == {"rc": 0, "numba": True}
+    assert predictions == _learn([str(data / "toy.libsvm")], built, tmp_path)[1]
+
+
+def test_a_call_with_types_no_export_takes_runs_on_numba(built):
+    code = textwrap.dedent("""
+        import json, sys
+        import numpy as np
+        from pipelines.records.blocks import count_lines
+        exported = count_lines(np.frombuffer(b"a\\nb\\nc", np.uint8))  # read-only bytes: as the readers call it
+        before = "numba" in sys.modules
+        other = count_lines(np.array([97, 10, 98, 10, 99], np.uint8))  # writable: compiled for by numba
+        print(json.dumps([exported, before, other, "numba" in sys.modules]))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, KERNELS_DIR_ENV: built},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [2, False, 2, True]
+
+
+def test_compile_into_a_folder_it_cannot_make_is_one_line_and_exit_2(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    assert main(["compile", "--out", str(tmp_path / "file" / "kernels")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("scinol: error: compile: cannot write to ") and "\n" not in err
