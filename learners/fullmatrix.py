@@ -275,6 +275,8 @@ class Kotlowski2:
     defaults = {"alpha": 1.5}
     ARRAYS = ("F", "Q", "h", "scale")
     SCALARS = ("t", "gamma", "rank")
+    MAX_COORDS = 1 << 14
+    """Two d x d matrices of 8-byte floats: 4 GiB here, and every example costs O(d²)."""
 
     def __init__(self, **params):
         unknown = set(params) - set(self.defaults)
@@ -300,8 +302,15 @@ class Kotlowski2:
         if n_outputs != 1:
             raise ValueError(f"{self.name} has one output, not {n_outputs}")
 
+    def _check_size(self, n_coords: int) -> None:
+        if n_coords > self.MAX_COORDS:
+            raise ValueError(f"{self.name} keeps two d x d matrices: {n_coords:,} coordinates would take "
+                             f"{16 * n_coords ** 2 / 2 ** 30:,.0f} GiB (it takes at most {self.MAX_COORDS:,}); "
+                             f"use fewer features (or hash bits) or a coordinate-wise learner")
+
     def init_state(self, n_coords: int, n_outputs: int = 1) -> LearnerState:
         self._check_outputs(n_outputs)
+        self._check_size(n_coords)
         d = int(n_coords)
         arrays = {"F": np.zeros((d, d)), "Q": np.zeros((d, d)), "h": np.zeros(d), "scale": np.zeros(d)}
         return LearnerState(arrays, {"t": 0.0, "gamma": 0.0, "rank": 0.0}, {name: [0.0] for name in arrays})
@@ -313,6 +322,7 @@ class Kotlowski2:
         have = state.arrays["h"].shape[0]
         if n_coords <= have:
             return
+        self._check_size(n_coords)
         for name in ("F", "Q"):
             grown = np.zeros((n_coords, n_coords))
             grown[:have, :have] = state.arrays[name]

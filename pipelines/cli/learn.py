@@ -152,6 +152,8 @@ def run(args) -> int:
                 except LabelError as exc:
                     line = int(batch.lines[exc.position])
                     raise DataError(args.data, line, 0, f"label {exc.detail}{_label_column(reader)}") from None
+                except ValueError as exc:  # what the model cannot take, e.g. too many coordinates for kotlowski2
+                    raise UsageError(f"{args.data}: {exc}") from None
                 n_features = np.diff(batch.indptr) + model.bias
                 total_features += int(n_features.sum())
                 first = scores if scores.ndim == 1 else scores[:, 0]

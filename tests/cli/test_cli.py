@@ -390,3 +390,12 @@ def test_bad_learner_params_are_one_line_errors(tmp_path, capsys, args, message)
     assert main(["learn", str(data), "--label", "y", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("scinol: error:") and message in err[-1]
+
+
+def test_more_coordinates_than_the_full_matrix_learner_takes_is_a_one_line_error(tmp_path, capsys):
+    data = tmp_path / "wide.libsvm"
+    data.write_text("1 1:0.5 3:1\n-1 2:1 20000:2\n")  # index 20000: 20,001 coordinates and the bias
+    assert main(["learn", str(data), "--learner", "kotlowski2", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert err.startswith(f"scinol: error: {data}: kotlowski2 keeps two d x d matrices: 20,002 coordinates")
