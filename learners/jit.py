@@ -64,7 +64,7 @@ class Kernel:
             materialize()
         return self.dispatcher(*args)
 
-    def __reduce__(self):  # by name, as numba's dispatchers pickle
+    def __reduce__(self):  # by name: importing its module makes it again (Beam pickles steps that hold kernels)
         return _kernel_named, (self.__module__, self.__qualname__)
 
     def __repr__(self) -> str:

@@ -25,6 +25,8 @@ import time
 
 import numpy as np
 
+from learners.jit import KERNELS_DIR_ENV
+
 from pipelines.bench import report
 from pipelines.bench.kernel_speed import SPARSE_BITS, VW_NOTE, measure, vw_command
 from pipelines.bench.optional import have, missing_message
@@ -72,36 +74,59 @@ def write_learn_files(folder: str, tag: str, X, y) -> dict[str, str]:
     return paths
 
 
-def learn_commands(paths: dict[str, str], bits: int, with_vw: bool) -> dict[str, list[str]]:
-    scinol = scinol_command() + ["learn"]
-    runs = {"scinol learn (libsvm)": scinol + [paths["libsvm"]],
-            "scinol learn (VW text)": scinol + [paths["vw"], "-b", str(bits)]}
-    if "csv" in paths:
-        runs["scinol learn (CSV)"] = scinol + [paths["csv"], "--label", "y"]
+KERNELS = {"numba JIT": "jit", "compiled ahead": "aot"}
+"""How `scinol learn` gets its kernels -> the subfolder of the benchmark's
+temporary folder given as its SCINOL_KERNELS_DIR: empty for numba's JIT
+(its on-disk cache warm), filled by `scinol compile` for the other."""
+
+
+def learn_commands(paths: dict[str, str], bits: int, with_vw: bool, kernel_dirs: dict[str, str]) -> dict[str, list[str]]:
+    runs = {}
+    for how, folder in kernel_dirs.items():
+        scinol = ["env", f"{KERNELS_DIR_ENV}={folder}", *scinol_command(), "learn"]
+        runs[f"scinol learn (libsvm, {how})"] = scinol + [paths["libsvm"]]
+        runs[f"scinol learn (VW text, {how})"] = scinol + [paths["vw"], "-b", str(bits)]
+        if "csv" in paths:
+            runs[f"scinol learn (CSV, {how})"] = scinol + [paths["csv"], "--label", "y"]
     if with_vw:
         runs["VW driver (VW text)"] = vw_command()[0] + ["-d", paths["vw"], "--loss_function", "logistic",
                                                           "--no_stdin", "-b", str(bits)]
     return runs
 
 
-def learn_vs_vw(rows: int, sparse_rows: int, repeats: int, with_vw: bool) -> list[dict]:
+def compile_kernels(folder: str) -> float:
+    """Seconds `scinol compile --out FOLDER` takes (the kernels for the
+    "compiled ahead" runs)."""
+    t0 = time.perf_counter()
+    done = subprocess.run([*scinol_command(), "compile", "--out", folder], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"scinol compile failed: {done.stderr.strip()[-500:]}")
+    return time.perf_counter() - t0
+
+
+def learn_vs_vw(rows: int, sparse_rows: int, repeats: int, with_vw: bool) -> tuple[list[dict], float]:
     """`scinol learn` vs VW's driver, whole commands, on the same rows: the
-    toy data (21 dense features) and the sparse set (50 of 2^20). The
+    toy data (21 dense features) and the sparse set (50 of 2^20), with
+    numba's JIT kernels and with kernels compiled ahead of time. The
     commands run in turn (A B C ... A B C ...), best of ``repeats`` each, so
     a machine's drift hits all alike; the same commands on 10-row files
-    give the start-up share."""
+    give the start-up share. Also returns the seconds `scinol compile` took."""
     from learners.datasets import toy_examples
 
     from pipelines.bench.kernel_speed import sparse_examples
 
     tmp = tempfile.mkdtemp(prefix="bench_learn_")
+    kernel_dirs = {how: os.path.join(tmp, sub) for how, sub in KERNELS.items()}
     out = []
     try:
+        os.makedirs(kernel_dirs["numba JIT"])
+        say("scinol compile: the kernels compiled ahead of time")
+        compiled = compile_kernels(kernel_dirs["compiled ahead"])
         for data, n, make, bits in (("dense", rows, lambda k: toy_examples(k, 0), 18),
                                     ("sparse", sparse_rows, sparse_examples, SPARSE_BITS)):
             for tag, k in (("full", n), ("startup", 10)):
                 X, y = make(k)
-                runs = learn_commands(write_learn_files(tmp, f"{data}-{tag}", X, y), bits, with_vw)
+                runs = learn_commands(write_learn_files(tmp, f"{data}-{tag}", X, y), bits, with_vw, kernel_dirs)
                 say(f"scinol learn vs VW: {data}, {k:,} rows, {len(runs)} commands, best of {repeats}")
                 timings: dict[str, list] = {label: [] for label in runs}
                 for _ in range(repeats):
@@ -112,7 +137,7 @@ def learn_vs_vw(rows: int, sparse_rows: int, repeats: int, with_vw: bool) -> lis
                                 "seconds": min(t for t, _ in got), "avg_loss": got[0][1]})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return out, compiled
 
 
 def pipeline_vs_plain(events: int, sparse_events_n: int) -> list[dict]:
@@ -147,7 +172,7 @@ def kernel_section(got: dict, repeats: int, with_vw: bool) -> list[str]:
     return lines
 
 
-def learn_section(rows: list[dict], with_vw: bool, repeats: int) -> list[str]:
+def learn_section(rows: list[dict], with_vw: bool, repeats: int, compiled: float) -> list[str]:
     how = vw_command()[1] if with_vw else ""
     lines = ["### `scinol learn` vs VW's command-line driver, end to end", "",
              f"The same rows written with the same number text (%.9g): the toy data (21 dense features) and "
@@ -156,7 +181,9 @@ def learn_section(rows: list[dict], with_vw: bool, repeats: int) -> list[str]:
              f"vowpalwabbit wheel ships no `vw` binary; `python -m vowpalwabbit` hands the arguments to the same "
              f"C++ driver). Whole commands, new processes, run in turn, best of {repeats}; start-up = the same "
              f"command on a 10-row file. VW parses in a thread of its own; `scinol learn` parses in a thread "
-             f"beside the learner.", ""]
+             f"beside the learner. `scinol learn` runs with numba's JIT (its on-disk cache warm: numba's import "
+             f"and first cache load are most of its start-up) and with the kernels `scinol compile` built ahead "
+             f"of time ({compiled:.0f} s, once), which it calls without importing numba.", ""]
     ratios = []
     for data in ("dense", "sparse"):
         full = {r["what"]: r for r in rows if r["data"] == data and r["tag"] == "full"}
@@ -200,7 +227,7 @@ def run_throughput(args, command: str) -> int:
         say(n)
     say(f"kernels: {args.rows:,} dense and {args.sparse_rows:,} sparse rows, best of {args.repeats}")
     got = measure(args.rows, args.sparse_rows, args.repeats, with_vw, log=say)
-    learn_rows = learn_vs_vw(args.learn_rows, args.learn_sparse_rows, args.repeats, with_vw)
+    learn_rows, compiled = learn_vs_vw(args.learn_rows, args.learn_sparse_rows, args.repeats, with_vw)
     pipe_rows = [] if args.no_pipeline else pipeline_vs_plain(args.pipeline_events, args.pipeline_sparse_events)
     seconds = time.perf_counter() - started
     import platform
@@ -210,7 +237,7 @@ def run_throughput(args, command: str) -> int:
             f"{os.cpu_count()} CPUs (shared), Python {platform.python_version()}; wall time {seconds:.0f} s; "
             f"{', '.join(tool_versions(with_vw, True)[:2])}._", ""]
     body += [f"- {n}" for n in notes] + ([""] if notes else [])
-    body += kernel_section(got, args.repeats, with_vw) + learn_section(learn_rows, with_vw, args.repeats)
+    body += kernel_section(got, args.repeats, with_vw) + learn_section(learn_rows, with_vw, args.repeats, compiled)
     body += pipeline_section(pipe_rows) if pipe_rows else ["_Pipeline figures skipped (--no-pipeline)._", ""]
     text = "\n".join(body)
     print(text)
