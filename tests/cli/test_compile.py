@@ -46,7 +46,7 @@ def built(tmp_path_factory):
     done = subprocess.run([sys.executable, "-m", "pipelines.cli", "compile", "--out", str(folder)],
                           capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "`scinol learn` now starts without numba" in done.stderr
+    assert "`scinol learn` and `scinol produce` now start without numba" in done.stderr
     return str(folder)
 
 
@@ -118,3 +118,32 @@ def test_compile_into_a_folder_it_cannot_make_is_one_line_and_exit_2(tmp_path, c
     assert main(["compile", "--out", str(tmp_path / "file" / "kernels")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("scinol: error: compile: cannot write to ") and "\n" not in err
+
+
+_ENCODE = """
+import hashlib, json, sys
+from pipelines.records.columnar import file_values
+from pipelines.records.datafiles import open_reader
+from schemas.codec import Codec
+label = sys.argv[2] if len(sys.argv) > 2 else None
+codec = Codec()
+values = list(file_values(open_reader(sys.argv[1], label=label), "default", codec, None))
+numba = "numba" in sys.modules
+events = [codec.decode(v) for v in values]
+for e in events:
+    e.pop("timestamp")  # the clock at encoding
+print(json.dumps({"n": len(values), "sha": hashlib.sha256(repr(events).encode()).hexdigest(), "numba": numba}))
+"""
+
+
+@pytest.mark.parametrize("argv", [["toy.csv", "y"], ["toy.libsvm"], ["toy.vw"]], ids=lambda a: a[0])
+def test_produce_encodes_on_compiled_kernels_what_it_encodes_on_numba(built, data, argv, tmp_path):
+    """The values `scinol produce` writes for a file (no broker needed to make them)."""
+    got = {}
+    for how, kernels in (("ahead", built), ("jit", str(tmp_path / "none"))):
+        done = subprocess.run([sys.executable, "-c", _ENCODE, str(data / argv[0]), *argv[1:]], capture_output=True,
+                              text=True, timeout=600, env={**os.environ, KERNELS_DIR_ENV: kernels})
+        assert done.returncode == 0, done.stderr[-2000:]
+        got[how] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["ahead"]["numba"] is False and got["jit"]["numba"] is True
+    assert got["ahead"]["n"] == got["jit"]["n"] == 3000 and got["ahead"]["sha"] == got["jit"]["sha"]
