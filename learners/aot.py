@@ -10,6 +10,7 @@ what is exported is what those paths call, argument types included.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib.machinery
 import json
@@ -54,8 +55,9 @@ def _entry(kernel, n_args: int):
 
 
 def exported_kernels() -> list[tuple[jit.Kernel, object]]:
-    """(kernel, numba signature) for each compiled overload of each kernel
-    called from Python so far, whose argument types an export can take."""
+    """(kernel, numba signature) for each overload numba compiled (or loaded)
+    so far of each kernel that is not IR-inlined, whose argument types an
+    export can take."""
     out = []
     for kernel in jit.compiled_kernels():
         if kernel.options.get("inline") == "always":
@@ -66,7 +68,7 @@ def exported_kernels() -> list[tuple[jit.Kernel, object]]:
     return out
 
 
-def build(folder: str, say=print) -> dict:
+def build(folder: str) -> dict:
     """Compile :func:`exported_kernels` into ``folder`` and write the
     manifest :mod:`learners.jit` checks before it loads them. Returns
     {"kernels", "exports", "seconds", "path"}."""
@@ -123,26 +125,23 @@ def _kernel_modules():
     return [sys.modules[n] for n in names if getattr(sys.modules.get(n), "__file__", None)]
 
 
-class _releasing_gil:
+@contextlib.contextmanager
+def _releasing_gil():
     """pycc compiles exports with default flags, which hold the GIL in the
     exported function; numba's ``nogil`` kernels (the file parsers, run on
     several threads) must not. Every export is nopython code, which never
     needs the GIL, so while pycc compiles its flags release it."""
+    import numba.pycc.compiler as pycc_compiler
 
-    def __init__(self):
-        import numba.pycc.compiler as pycc_compiler
+    original = pycc_compiler.Flags
 
-        self.module, self.flags = pycc_compiler, pycc_compiler.Flags
+    class Flags(original):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.release_gil = True
 
-        class Flags(self.flags):
-            def __init__(self, *args, **kwargs):
-                super().__init__(*args, **kwargs)
-                self.release_gil = True
-
-        self.patched = Flags
-
-    def __enter__(self):
-        self.module.Flags = self.patched
-
-    def __exit__(self, *exc):
-        self.module.Flags = self.flags
+    pycc_compiler.Flags = Flags
+    try:
+        yield
+    finally:
+        pycc_compiler.Flags = original
