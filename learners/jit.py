@@ -54,15 +54,15 @@ class Kernel:
     def key(self) -> str:
         return f"{self.__module__}:{self.__qualname__}"
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         if self.dispatcher is None:
             exported = _exports().get(self.key)
-            if exported is not None:
+            if exported is not None and not kwargs:  # exports take their arguments by position only
                 found = exported.get(args_key(args))
                 if found is not None:
                     return found(*args)
             materialize()
-        return self.dispatcher(*args)
+        return self.dispatcher(*args, **kwargs)
 
     def __reduce__(self):  # by name: importing its module makes it again (Beam pickles steps that hold kernels)
         return _kernel_named, (self.__module__, self.__qualname__)

@@ -104,7 +104,7 @@ def test_njit_takes_numbas_forms():
         return 2 * x
 
     bare, configured = jit.njit(twice), jit.njit(error_model="numpy")(twice)
-    assert bare(3) == configured(3) == 6
+    assert bare(3) == configured(x=3) == 6
     assert bare.py_func is twice and configured.py_func is twice
 
 
