@@ -81,8 +81,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from .jit import njit
 
+from .jit import njit
 from .losses import SOFTMAX, loss_code, loss_grad_into
 from .state import LearnerState
 

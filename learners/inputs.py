@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from .jit import njit
 
 from .hashing import FeatureHasher
+from .jit import njit
 
 
 class CSRBatch(NamedTuple):

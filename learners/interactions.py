@@ -42,8 +42,8 @@ from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
-from .jit import njit
 
+from .jit import njit
 from .murmur import murmur3_words
 
 DEFAULT_NAMESPACE = 32  # ' '

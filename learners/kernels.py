@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from .jit import njit
 
 from . import math_baselines as BL
 from . import math_kotlowski as KO
@@ -42,7 +41,7 @@ from . import math_kt as KT
 from . import math_ogd as OG
 from . import math_pa as PA
 from . import math_scinol as SC
-from .jit import drop_stale_cache
+from .jit import drop_stale_cache, njit
 from .losses import loss_grad_into
 
 # error_model="numpy": IEEE division, no Python ZeroDivisionError checks in

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from .jit import njit
 
 LOGISTIC, HINGE, ABSOLUTE, SQUARED, SOFTMAX, EPS_INSENSITIVE = 0, 1, 2, 3, 4, 5

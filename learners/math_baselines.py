@@ -31,9 +31,8 @@ prm: SGD/AdaGrad/NAG (η,), Adam (η, β1, β2, ε). glob = (t, N).
 
 import math
 
-from .jit import njit
-
 from .codes import ADAGRAD, NAG, SGD
+from .jit import njit
 
 # Plain compiled functions, not numba-IR inlined: each is compiled once and
 # LLVM inlines it into every kernel, which keeps compile times short.

@@ -30,9 +30,8 @@ coordinate. glob = (t, Wealth, C).
 
 import math
 
-from .jit import njit
-
 from .codes import KT_AVG, KT_COORD
+from .jit import njit
 
 # Plain compiled functions, not numba-IR inlined: each is compiled once and
 # LLVM inlines it into every kernel, which keeps compile times short.

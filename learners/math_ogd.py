@@ -20,9 +20,8 @@ glob = (t, Σ‖g‖², d).
 
 import math
 
-from .jit import njit
-
 from .codes import OGD_COORD
+from .jit import njit
 
 # Plain compiled functions, not numba-IR inlined: each is compiled once and
 # LLVM inlines it into every kernel, which keeps compile times short.

@@ -40,9 +40,8 @@ Fields: P[j, k] = (w,). prm = (η or C, power or importance_aware, ℓ_low).
 
 import math
 
-from .jit import njit
-
 from .codes import APROX, IMPLICIT, PA0, PA1
+from .jit import njit
 
 # Plain compiled functions, not numba-IR inlined: each is compiled once and
 # LLVM inlines it into every kernel, which keeps compile times short.

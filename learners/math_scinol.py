@@ -20,9 +20,8 @@ Lipschitz assumption |g| ≤ 1 becomes |h g| ≤ 1 for h ≤ 1).
 
 import math
 
-from .jit import njit
-
 from .codes import SCINOL1
+from .jit import njit
 
 # Plain compiled functions, not numba-IR inlined: each is compiled once and
 # LLVM inlines it into every kernel, which keeps compile times short.

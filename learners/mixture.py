@@ -59,13 +59,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from .jit import njit
 
 from . import math_kotlowski as KO
 from . import math_kt as KT
 from . import math_scinol as SC
 from .codes import KT_COORD, SCINOL1, SCINOL2
-from .jit import drop_stale_cache
+from .jit import drop_stale_cache, njit
 from .losses import LOGISTIC, SOFTMAX, loss_grad_into
 from .state import LearnerState
 

@@ -8,6 +8,7 @@ is on uint64 kept to 32 bits; tests pin it to ``mmh3``.
 from __future__ import annotations
 
 import numpy as np
+
 from .jit import njit
 
 _U = np.uint64

@@ -23,6 +23,7 @@ unions as a branch index then the value).
 from __future__ import annotations
 
 import numpy as np
+
 from learners.jit import njit
 
 from learners.murmur import murmur3_bytes

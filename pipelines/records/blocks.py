@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator, TypeVar
 
 import numpy as np
+
 from learners.jit import njit
 
 BLOCK_BYTES = 1 << 22

@@ -19,6 +19,7 @@ import io
 from typing import Iterator
 
 import numpy as np
+
 from learners.jit import njit
 
 from .blocks import open_binary

@@ -21,6 +21,7 @@ import re
 from typing import Iterator
 
 import numpy as np
+
 from learners.jit import njit
 
 from .textbase import (Batch, DataError, Reader, _is_float, _open_text, _read_errors, _RowBuffer,

@@ -14,6 +14,7 @@ lines whose meaning is plain.
 from __future__ import annotations
 
 import numpy as np
+
 from learners.jit import njit
 
 from .numbers import OK, scan_decimal

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from learners.jit import njit
 
 OK, NOT_A_NUMBER, UNDECIDED = 0, 1, 2

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from learners.jit import njit
 
 from learners.murmur import murmur3_bytes
