@@ -109,8 +109,10 @@ def test_njit_takes_numbas_forms():
 
 
 @pytest.mark.parametrize("bad", [["text"], [1.0]])
-def test_a_call_no_export_matches_runs_on_numba(bad):
+def test_a_kernel_called_with_types_numba_cannot_take_raises_numbas_typing_error(bad):
+    """Here no exports are built (tests/conftest.py); a call an export does
+    not match, with exports built, is tests/cli/test_compile.py's."""
     from pipelines.records.blocks import count_lines
 
     with pytest.raises(numba.core.errors.TypingError):
-        count_lines(*bad)  # numba's own error for types it cannot take, not a crash in an export
+        count_lines(*bad)
