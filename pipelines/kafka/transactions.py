@@ -74,7 +74,7 @@ class TransactionalOutput:
     replaced (see :meth:`commit`)."""
 
     ASK_FOR = 15.0
-    """Seconds one consumer is given to answer whether a stuck transaction committed."""
+    """Seconds one ask of the group's committed offsets may take before it is asked another way."""
 
     def __init__(self, bootstrap: str, topic: str, name: str, config: dict | None = None, timeout: float = 60.0,
                  ride_out: float = 180.0):
@@ -102,7 +102,7 @@ class TransactionalOutput:
     def _covered(self, topic: str, partition: int) -> int:
         key = (topic, partition)
         if key not in self.covered:  # first sight of the partition: what earlier writers committed
-            found = committed_offsets(self.groups, [TopicPartition(topic, partition)], self.timeout)[0]
+            found = self._group_offsets([TopicPartition(topic, partition)], time.monotonic() + self.timeout)[0]
             self.covered[key] = max(found.offset, 0)
         return self.covered[key]
 
@@ -172,30 +172,57 @@ class TransactionalOutput:
         self.writer = KafkaWriter(self.bootstrap, old.topic, {**self.config, "transactional.id": self.group})
         self._retrying(self.writer.producer.init_transactions, deadline)
 
-    def _group_consumer(self) -> Consumer:
-        """The consumer that asks and reads the group's committed positions (it joins no group)."""
+    def _group_consumer(self, stable: bool = True) -> Consumer:
+        """A consumer that asks the group's committed positions and names
+        the group to transactions (it joins no group). ``stable``: it asks
+        as a read_committed consumer does, so the broker answers only once
+        no open transaction holds offsets for the group."""
+        isolation = "read_committed" if stable else "read_uncommitted"
         return Consumer({"bootstrap.servers": self.bootstrap, **self.config, "group.id": self.group,
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+                         "enable.auto.commit": False, "isolation.level": isolation})
 
     def _committed(self, positions: dict, deadline: float) -> bool:
         """Whether the group already holds ``positions`` (the transaction
-        that carried them committed); asked again, until ``deadline``, while
-        the broker does not answer, each time with a new consumer: one
-        made before an Apache Kafka crash and restart was seen to time out
-        on every ask for the rest of a 180 s ride-out (once, in the broker
-        trials), and a new one looks the group coordinator up afresh."""
-        wanted = [TopicPartition(t, p) for (t, p) in positions]
+        that carried them committed)."""
+        found = self._group_offsets([TopicPartition(t, p) for (t, p) in positions], deadline)
+        return all(tp.offset >= positions[(tp.topic, tp.partition)] for tp in found)
+
+    def _group_offsets(self, wanted: list, deadline: float) -> list:
+        """The group's committed offsets of ``wanted``, asked again until
+        ``deadline`` while no answer comes.
+
+        A stable ask gets no answer while a transaction holds offsets for
+        the group: librdkafka retries UNSTABLE_OFFSET_COMMIT until its
+        timeout. After an Apache Kafka crash and restart such offsets were
+        seen to stay pending for minutes. Every ask here follows this
+        writer's ``init_transactions``, which ends (commits or aborts) any
+        earlier transaction of its ``transactional.id``; pending offsets
+        then belong to no transaction that can still commit. So when the
+        stable ask times out, the committed offsets are asked without
+        waiting for stability. The stable consumer is replaced too: one
+        made before a crash was also seen never to answer, and a new one
+        looks the group coordinator up afresh."""
         while True:
+            ask = max(1.0, min(self.timeout, self.ASK_FOR, deadline - time.monotonic()))
             try:
-                ask = max(1.0, min(self.timeout, self.ASK_FOR, deadline - time.monotonic()))
-                found = committed_offsets(self.groups, wanted, ask)
-                return all(tp.offset >= positions[(tp.topic, tp.partition)] for tp in found)
+                return committed_offsets(self.groups, wanted, ask)
             except KafkaException as exc:
                 if exc.args[0].code() not in _UNREACHABLE or time.monotonic() >= deadline:
                     raise
-                old, self.groups = self.groups, self._group_consumer()
-                old.close()
-                time.sleep(0.5)
+            old, self.groups = self.groups, self._group_consumer()
+            old.close()
+            unstable = self._group_consumer(stable=False)
+            try:
+                found = committed_offsets(unstable, wanted, ask)
+                log.warning("Kafka group %r gave no stable answer in %.0f s (offsets of an ended transaction "
+                            "still pending); its committed offsets were read without waiting", self.group, ask)
+                return found
+            except KafkaException as exc:
+                if exc.args[0].code() not in _UNREACHABLE or time.monotonic() >= deadline:
+                    raise
+            finally:
+                unstable.close()
+            time.sleep(0.5)
 
     def _transaction(self, messages, positions: dict, deadline: float) -> None:
         producer = self.writer.producer
