@@ -10,6 +10,7 @@ after it in the same process). The CPU time of that process is measured
 too: short bundles cost a share of a core at any load.
 
 Usage: python benchmarks/bench_flink_latency.py [--rate 1000] [--seconds 20] [--backlog 600000] [--repeats 1]
+       [--bundle-ms 5 ...]
 Needs the provisioned Flink job server and Apache Kafka
 (``scinol provision kafka flink``); about a minute per variant and run.
 """
@@ -38,11 +39,15 @@ from pipelines.records.topics import produce_events, read_records
 from pipelines.runners.options import RunnerOptions, flink_args, flink_default_latency_args
 
 
-def variants(work: Path) -> dict[str, list[str]]:
-    """Flag sets to compare (Flink's buffer timeout written in ``work``)."""
-    return {"Flink's defaults (1 s bundles, 100 ms buffer timeout; 1 s read calls)":
+def variants(work: Path, bundle_ms: list[int]) -> dict[str, list[str]]:
+    """Flag sets to compare (Flink's buffer timeout written in ``work``),
+    and an unbounded run's defaults with each of ``bundle_ms`` as the bundle time."""
+    made = {"Flink's defaults (1 s bundles, 100 ms buffer timeout; 1 s read calls)":
             flink_default_latency_args(work / "flink-defaults"),
             "an unbounded run's defaults (20 ms bundles, 1 ms buffer timeout; 20 ms read calls)": []}
+    for ms in bundle_ms:
+        made[f"{ms} ms bundles and read calls, 1 ms buffer timeout"] = [f"--max_bundle_time_mills={ms}"]
+    return made
 
 
 def _config(bootstrap: str, topic: str, work: Path, flags: list[str]) -> RunConfig:
@@ -120,12 +125,14 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0, help="length of the paced load")
     ap.add_argument("--backlog", type=int, default=600_000, help="events already in the topic of the backlog runs")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--bundle-ms", type=int, action="append", default=[],
+                    help="also an unbounded run's defaults with bundles (and read calls) this long (repeatable)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="flink-latency-"))
     rows = []
     with ApacheKafkaBroker() as broker:
         for repeat in range(args.repeats):
-            for name, flags in variants(work).items():
+            for name, flags in variants(work, args.bundle_ms).items():
                 common = (broker.bootstrap, work, json.dumps(flags))
                 got = _in_a_new_process("latency", *common, args.rate, args.seconds)
                 got["backlog s"] = _in_a_new_process("backlog", *common, args.backlog, 0)
