@@ -231,8 +231,9 @@ def test_offsets_an_open_transaction_holds_for_the_group_do_not_stop_the_writer(
         holder.init_transactions(30)
         holder.begin_transaction()
         holder.send_offsets_to_transaction([TopicPartition(topic_name, 0, 9)], out.groups.consumer_group_metadata(), 30)
-        with pytest.raises(KafkaException):  # what the writer faces: the stable ask times out
+        with pytest.raises(KafkaException) as stable:  # what the writer faces: the stable ask times out
             committed_offsets(out.groups, [TopicPartition(topic_name, 0)], 3.0)
+        assert stable.value.args[0].code() == KafkaError._TIMED_OUT
         out.ASK_FOR = 2.0
         started = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="pipelines.kafka"):
