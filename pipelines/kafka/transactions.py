@@ -214,8 +214,9 @@ class TransactionalOutput:
             unstable = self._group_consumer(stable=False)
             try:
                 found = committed_offsets(unstable, wanted, ask)
-                log.warning("Kafka group %r gave no stable answer in %.0f s (offsets of an ended transaction "
-                            "still pending); its committed offsets were read without waiting", self.group, ask)
+                log.warning("Kafka group %r gave no stable answer in %.0f s (a transaction's offsets still "
+                            "pending, or the coordinator unreachable); its committed offsets were read without "
+                            "waiting", self.group, ask)
                 return found
             except KafkaException as exc:
                 if exc.args[0].code() not in _UNREACHABLE or time.monotonic() >= deadline:
