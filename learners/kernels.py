@@ -48,6 +48,12 @@ from .losses import loss_grad_into
 # the inner loops (each algorithm guards its own divisions).
 jit = njit(cache=True, error_model="numpy")
 inline = njit(cache=True, error_model="numpy", inline="always")
+# The batch kernels let go of the GIL while they run (milliseconds a call):
+# a file's next rows are parsed, or another model learns, on the other core
+# meanwhile, as with the exports `scinol compile` builds, which all do.
+# Kernels called once per event keep it: taking it back after each call
+# could wait out another thread's switch interval.
+batch = njit(cache=True, error_model="numpy", nogil=True)
 
 from .codes import (ADAGRAD, ADAM, APROX, IMPLICIT, KOTLOWSKI1, KT_ALG1, KT_AVG, KT_COORD, NAG,
                     OGD_COORD, OGD_GLOBAL, PA0, PA1, PA2, SCINOL1, SCINOL2, SGD)
@@ -283,87 +289,87 @@ def _learn_rows(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, l
 # (numba's literal dispatch would do this too, but re-types on every call).
 
 
-@jit
+@batch
 def _learn_scinol1(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(SCINOL1, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
-@jit
+@batch
 def _learn_scinol2(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(SCINOL2, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
-@jit
+@batch
 def _learn_ogd(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(OGD_COORD, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
-@jit
+@batch
 def _learn_ogd_global(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(OGD_GLOBAL, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
-@jit
+@batch
 def _learn_kt(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(KT_ALG1, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
-@jit
+@batch
 def _learn_kt_avg(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(KT_AVG, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
-@jit
+@batch
 def _learn_kt_coord(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(KT_COORD, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
-@jit
+@batch
 def _learn_kotlowski1(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(KOTLOWSKI1, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
-@jit
+@batch
 def _learn_implicit(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(IMPLICIT, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
-@jit
+@batch
 def _learn_pa(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(PA0, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
-@jit
+@batch
 def _learn_pa1(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(PA1, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
-@jit
+@batch
 def _learn_pa2(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(PA2, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
-@jit
+@batch
 def _learn_aprox(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(APROX, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
-@jit
+@batch
 def _learn_sgd(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(SGD, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
-@jit
+@batch
 def _learn_adagrad(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(ADAGRAD, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
-@jit
+@batch
 def _learn_adam(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(ADAM, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
 
-@jit
+@batch
 def _learn_nag(prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses):
     _learn_rows(NAG, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses)
 
@@ -477,172 +483,172 @@ def _update_block(a, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
 # The sharded protocol's block kernels, one compiled pair per algorithm as
 # LEARN_ROWS: with the code a runtime value each weight and update call
 # went through every algorithm's branches (about 7x slower per coordinate).
-@jit
+@batch
 def _predict_scinol1(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(SCINOL1, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_scinol1(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(SCINOL1, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 
 
-@jit
+@batch
 def _predict_scinol2(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(SCINOL2, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_scinol2(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(SCINOL2, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 
 
-@jit
+@batch
 def _predict_ogd(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(OGD_COORD, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_ogd(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(OGD_COORD, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 
 
-@jit
+@batch
 def _predict_ogd_global(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(OGD_GLOBAL, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_ogd_global(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(OGD_GLOBAL, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 
 
-@jit
+@batch
 def _predict_kt(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(KT_ALG1, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_kt(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(KT_ALG1, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 
 
-@jit
+@batch
 def _predict_kt_avg(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(KT_AVG, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_kt_avg(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(KT_AVG, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 
 
-@jit
+@batch
 def _predict_kt_coord(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(KT_COORD, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_kt_coord(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(KT_COORD, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 
 
-@jit
+@batch
 def _predict_kotlowski1(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(KOTLOWSKI1, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_kotlowski1(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(KOTLOWSKI1, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 
 
-@jit
+@batch
 def _predict_implicit(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(IMPLICIT, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_implicit(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(IMPLICIT, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 
 
-@jit
+@batch
 def _predict_pa(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(PA0, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_pa(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(PA0, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 
 
-@jit
+@batch
 def _predict_pa1(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(PA1, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_pa1(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(PA1, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 
 
-@jit
+@batch
 def _predict_pa2(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(PA2, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_pa2(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(PA2, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 
 
-@jit
+@batch
 def _predict_aprox(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(APROX, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_aprox(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(APROX, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 
 
-@jit
+@batch
 def _predict_sgd(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(SGD, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_sgd(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(SGD, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 
 
-@jit
+@batch
 def _predict_adagrad(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(ADAGRAD, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_adagrad(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(ADAGRAD, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 
 
-@jit
+@batch
 def _predict_adam(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(ADAM, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_adam(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(ADAM, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 
 
-@jit
+@batch
 def _predict_nag(prm, glob, P, Q, indptr, indices, data, learning, out, w):
     _predict_block(NAG, prm, glob, P, Q, indptr, indices, data, learning, out, w)
 
 
-@jit
+@batch
 def _update_nag(prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     _update_block(NAG, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w)
 

@@ -9,6 +9,8 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import numba
 import numpy as np
@@ -116,3 +118,46 @@ def test_a_kernel_called_with_types_numba_cannot_take_raises_numbas_typing_error
 
     with pytest.raises(numba.core.errors.TypingError):
         count_lines(*bad)
+
+
+def _ticks_while(call) -> tuple[list[float], float, float]:
+    """(the times this thread's Python loop ran, the start and end of
+    ``call()`` run on another thread)."""
+    span: dict[str, float] = {}
+
+    def run():
+        span["start"] = time.perf_counter()
+        try:
+            call()
+        finally:
+            span["end"] = time.perf_counter()
+
+    worker = threading.Thread(target=run)
+    ticks = []
+    worker.start()
+    while worker.is_alive():
+        ticks.append(time.perf_counter())
+    worker.join()
+    return ticks, span["start"], span["end"]
+
+
+def test_a_batch_kernel_lets_python_threads_run_while_it_learns():
+    """A batch kernel lets go of the GIL while it runs (as `scinol
+    compile`'s exports do), so a file's next rows are parsed meanwhile: a
+    Python loop on another thread keeps ticking through the whole call."""
+    from learners import make_learner
+
+    rng = np.random.default_rng(0)
+    n, nnz, dims = 200_000, 40, 1 << 20
+    indptr = np.arange(0, n * nnz + 1, nnz, dtype=np.int64)
+    bucket = dims // nnz  # one index from each of nnz buckets: distinct and sorted within a row
+    indices = (np.arange(nnz) * bucket + rng.integers(0, bucket, (n, nnz))).astype(np.int32).ravel()
+    data, y = rng.normal(size=n * nnz), rng.choice([-1.0, 1.0], n)
+    learner = make_learner("scinol2", "logistic", hash_bits=20)
+    learner.learn((indptr, indices, data), y)  # compiled and the state grown before the clock
+
+    ticks, start, end = _ticks_while(lambda: learner.learn((indptr, indices, data), y))
+    longest_stop = float(np.diff([start, *[t for t in ticks if start < t < end], end]).max())
+    assert end - start > 0.05, "the call was too short to tell"
+    # holding the GIL, the kernel stops the loop for over half the call (the rest is checks in Python)
+    assert longest_stop < 0.2 * (end - start), f"the loop stopped for {longest_stop:.3f} s of a {end - start:.3f} s call"
