@@ -19,6 +19,7 @@ from pipelines.config import RunConfig
 from pipelines.kafka.consumer import Position
 from pipelines.records.columnar import EventDecoder, EventRows
 from pipelines.records.dead_letters import dead_letter, dead_letter_message, screen, screen_label
+from pipelines.records.label_decoder import LabelDecoder
 from schemas.codec import Codec
 from schemas.reasons import TOO_MANY_MODELS
 
@@ -70,13 +71,16 @@ class DecodeEvents(beam.DoFn):
         self.cfg = cfg
         self.columnar = columnar
         """Decode each batch in one compiled call (:mod:`pipelines.records.columnar`):
-        each model's events are then an :class:`EventRows` of the batch's arrays."""
+        each model's events are then an :class:`EventRows` of the batch's arrays;
+        a batch of labels is screened in one call too (:mod:`pipelines.records.label_decoder`)."""
 
     def setup(self):
         self.codec = self.cfg.codec()
         learner = self.cfg.learner
         self.decoder = EventDecoder(self.codec, learner.loss, learner.n_classes, hash_bits=learner.hash_bits,
                                     max_index=self.cfg.max_index, max_message_bytes=self.cfg.max_message_bytes)
+        self.label_decoder = LabelDecoder(self.codec, learner.loss, learner.n_classes,
+                                          max_message_bytes=self.cfg.max_message_bytes)
         self.events = Metrics.counter(NAMESPACE, "events")
         self.dead = Metrics.counter(NAMESPACE, "dead_letters")
         ratio = self.cfg.max_dead_letter_ratio
@@ -158,9 +162,12 @@ class DecodeEvents(beam.DoFn):
         cfg = self.cfg
         by_model: dict[str, LabelBatch] = {}
         start, source = _origin(batch)
-        for msg in batch:
-            record, problem = screen_label(self.codec, msg.value, cfg.learner.loss, cfg.learner.n_classes,
-                                           cfg.max_message_bytes)
+        if self.columnar:
+            screened = self.label_decoder.screen([msg.value for msg in batch])
+        else:
+            screened = (screen_label(self.codec, msg.value, cfg.learner.loss, cfg.learner.n_classes,
+                                     cfg.max_message_bytes) for msg in batch)
+        for msg, (record, problem) in zip(batch, screened):
             if problem is not None:
                 self.dead.inc()
                 Metrics.counter(NAMESPACE, f"dead_letters_{problem[0]}").inc()

@@ -1,8 +1,9 @@
 """Compiled Avro reading and writing for the project's own records, used by
 :mod:`pipelines.records.columnar`: a whole batch of Confluent-framed
-``scinol.Event`` messages read into arrays in one call, a batch of
-``scinol.Prediction`` records written into one buffer in one call, and a
-``scinol.FeedbackBatch`` message (sharded mode's feedback) read in one call.
+``scinol.Event`` (or ``scinol.Label``) messages read into arrays in one call,
+a batch of ``scinol.Prediction`` records written into one buffer in one call,
+and a ``scinol.FeedbackBatch`` message (sharded mode's feedback) read in one
+call.
 
 The reader is deliberately narrow. It accepts a message only when it is
 sure :meth:`schemas.codec.Codec.decode` followed by
@@ -25,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from learners.jit import njit
-
+from learners.losses import BINARY_LOSSES
 from learners.murmur import murmur3_bytes
 
 FALLBACK = 1
@@ -38,6 +39,13 @@ current one; a version 3 needs its layout here before the compiled reader
 may take it (until then its messages go the per-event way)."""
 LABELS_FINITE, LABELS_BINARY, LABELS_SOFTMAX = 0, 1, 2
 """Which labels the loss surely accepts (the fast check of validate_event)."""
+
+
+def label_kind(loss: str) -> int:
+    """The LABELS_* of ``loss``."""
+    if loss in BINARY_LOSSES:
+        return LABELS_BINARY
+    return LABELS_SOFTMAX if loss == "softmax" else LABELS_FINITE
 
 
 @njit(cache=True, inline="always")
@@ -451,6 +459,53 @@ def decode_events(buf, starts, ends, sids, layouts, params, labels, max_message_
                 model_code[i] = last
         indptr[i + 1] = out
     return status, cols, indptr, indices[:out], values[:out], model_code, firsts[:n_models]
+
+
+@njit(cache=True)
+def _read_label(buf, pos, end, labels, cols, i):
+    """Reads the Label body at pos into row i of ``cols``; False (a
+    fallback) unless it is well formed and its label and weight are sure
+    to pass the checks."""
+    label_kind, n_classes = labels
+    ts, id_s, id_e, model_s, model_e, label, weight, has_weight = cols
+    s, e, pos = read_string(buf, pos, end)
+    if pos < 0:
+        return False
+    ms, me, pos = read_string(buf, pos, end)
+    if pos < 0 or end - pos < 8:
+        return False
+    y = read_double(buf, pos)
+    if y != y or not label_ok(y, label_kind, n_classes):  # a Label's label is never missing
+        return False
+    w, has_w, pos = _optional_double(buf, pos + 8, end)
+    if pos < 0 or (has_w and not (np.isfinite(w) and w > 0.0)):
+        return False
+    t, pos = read_long(buf, pos, end)
+    if pos != end:
+        return False
+    ts[i], id_s[i], id_e[i], model_s[i], model_e[i] = t, s, e, ms, me
+    label[i], weight[i], has_weight[i] = y, w, has_w
+    return True
+
+
+@njit(cache=True)
+def decode_labels(buf, starts, ends, sids, labels, max_message_bytes):
+    """Every message buf[starts[i]:ends[i]] read as a framed ``scinol.Label``
+    (version 1, the only one) whose writer schema id is one of ``sids``, as
+    :func:`decode_events` reads Events: (status, cols), status 0 for a
+    message read, FALLBACK for one to send through the per-message path;
+    cols = (timestamp, id start, id end, model start, model end, label,
+    weight, has weight)."""
+    n = starts.shape[0]
+    cols = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
+            np.zeros(n, np.int64), np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, np.bool_))
+    status = np.full(n, FALLBACK, np.int8)
+    layouts = np.ones(sids.shape[0], np.int8)
+    for i in range(n):
+        if _layout(buf, starts[i], ends[i], sids, layouts, max_message_bytes) \
+                and _read_label(buf, starts[i] + 5, ends[i], labels, cols, i):
+            status[i] = 0
+    return status, cols
 
 
 @njit(cache=True)

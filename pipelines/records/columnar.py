@@ -36,9 +36,9 @@ import numpy as np
 from fastavro import schemaless_reader
 
 from learners.interactions import DEFAULT_NAMESPACE, NamespacedRows
-from learners.losses import BINARY_LOSSES, loss_code
-from pipelines.records.avro_kernels import (FALLBACK, LABELS_BINARY, LABELS_FINITE, LABELS_SOFTMAX, LAYOUT_V1,
-                                            LAYOUT_V2, decode_events, gather_rows, read_namespaced)
+from learners.losses import loss_code
+from pipelines.records.avro_kernels import (FALLBACK, LAYOUT_V1, LAYOUT_V2, decode_events, gather_rows, label_kind,
+                                            read_namespaced)
 from pipelines.kafka.consumer import Position
 from pipelines.records.avro_kernels import encode_file_events, encode_named_events
 from pipelines.records.avro_kernels import encode_predictions as _encode
@@ -141,12 +141,6 @@ def _readers(layout: int) -> tuple:
         writer, _reading_schema(load_schema("scinol.Event")))
 
 
-def _label_kind(loss: str) -> int:
-    if loss in BINARY_LOSSES:
-        return LABELS_BINARY
-    return LABELS_SOFTMAX if loss == "softmax" else LABELS_FINITE
-
-
 class EventDecoder:
     """Screens batches of message values like ``screen(codec, value, loss,
     n_classes, max_index=..., max_message_bytes=...)`` does one by one, with
@@ -163,7 +157,7 @@ class EventDecoder:
         self.max_index, self.max_features, self.max_message_bytes = max_index, max_features, max_message_bytes
         self.params = (np.int64(hash_bits), np.int64(hash_seed), np.int64(max_features),
                        np.int64(min(max_index, 1 << 62)))
-        self.labels = (np.int64(_label_kind(loss)), np.float64(n_classes or 1))
+        self.labels = (np.int64(label_kind(loss)), np.float64(n_classes or 1))
         self._known = -1
         self._refresh_layouts()
 
