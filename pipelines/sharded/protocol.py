@@ -30,6 +30,7 @@ must be reproducible.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -51,6 +52,7 @@ from pipelines.records.events import learner_rows
 from pipelines.kafka.consumer import KafkaMessage, StopRule
 from pipelines.records.columnar import (ColumnarEvent, EventColumns, EventRows, LabelledEvent, prediction_keys_of,
                                         prediction_values)
+from pipelines.records.held import Rows, take_csr
 from pipelines.records.labels import EarlyLabel, Matched, PendingStore, Source, Waiting
 from pipelines.records.strings import Strings
 from pipelines.records.predictions import (ProgressiveMetrics, labelled_prediction, millis, prediction_key,
@@ -151,23 +153,62 @@ class Router:
         if not items:
             return per_shard, skipped
         if self.pending is not None:
-            items = [(pos, self.pending.with_early_label(event)) for pos, event in items]
+            items = self._with_early_labels(items)
         if isinstance(items, EventRows):  # arrays all the way: no object per event
             rows = items.learner_rows(self)
             indptr, indices, data, y = self._crossed(*rows) if rows is not None else self._rows(list(items))
             ids = items.event_ids()
-            self.offsets.update(items.covered())
         else:
             ids = Strings.of(e["id"] for _, e in items)
             indptr, indices, data, y = self._rows([e for _, e in items])
         coords = indices.astype(np.int64) + self.bias
         learning = ~np.isnan(y)
-        if not isinstance(items, EventRows):
+        if isinstance(items, EventRows):
+            if self.pending is not None:
+                self._hold_rows(items, indptr, coords, data, learning)
+            self.offsets.update(items.covered())
+        else:
             self._take_in(items, indptr, coords, data, learning)
         self._split(per_shard, ids, indptr, coords, data, learning, items)
         if self.pending is not None:
             self.pending.expire()
         return per_shard, skipped
+
+    def _with_early_labels(self, items):
+        """``items`` with the labels that came before their events put in
+        (:meth:`PendingStore.with_early_label`); an EventRows stays one, its
+        label and weight columns copied with those labels (and their weights,
+        if any) in place."""
+        if not isinstance(items, EventRows):
+            return [(pos, self.pending.with_early_label(event)) for pos, event in items]
+        cols, at = items.cols, items.rows
+        taken = self.pending.take_early_labels(items.event_ids(), cols.timestamp[at], ~cols.has_label[at])
+        if not taken:
+            return items
+        label, has_label, weight, has_weight = (a.copy() for a in (cols.label, cols.has_label, cols.weight,
+                                                                   cols.has_weight))
+        for i, early in taken:
+            r = at[i]
+            label[r], has_label[r] = early.label, True
+            if early.weight == early.weight:  # NaN: the label brings no weight, the event's stays
+                weight[r], has_weight[r] = early.weight, True
+        cols = dataclasses.replace(cols, label=label, has_label=has_label, weight=weight, has_weight=has_weight)
+        return EventRows(cols, items.rows, items.offsets, items.keys, items.start, items.source)
+
+    def _hold_rows(self, items: EventRows, indptr, coords, data, learning) -> None:
+        """:meth:`_hold` for the unlabelled events of an EventRows, as
+        columns (:meth:`PendingStore.add_events`): no object per event."""
+        wait = np.flatnonzero(~learning)
+        if not wait.size:
+            return
+        cols, at = items.cols, items.rows[wait]
+        held_ptr, entries = take_csr(indptr, wait)
+        n = wait.shape[0]
+        self.pending.add_events(items.event_ids().take(wait).tolist(), Rows(
+            cols.timestamp[at].astype(np.int64), np.full(n, -1, np.int64), np.zeros(n),
+            np.where(cols.has_weight[at], cols.weight[at], 1.0), np.empty((n, 0)), held_ptr, coords[entries],
+            np.asarray(data, np.float64)[entries], None, None, None, None, None),
+            *items.source, items.offsets[wait], [items.keys[i] for i in wait.tolist()])
 
     def _take_in(self, items: list, indptr, coords, data, learning) -> None:
         """Note each event's offset as routed; keep the unlabelled ones for their labels."""

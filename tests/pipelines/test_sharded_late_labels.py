@@ -173,3 +173,70 @@ def test_with_staleness_every_event_is_still_learned_once_in_label_arrival_order
     assert [p["event_id"] for p in loop.predictions if p["label"] is not None] == [ids[i] for i in arrival]
     assert all(not sh.in_flight and not sh.missing for sh in loop.shards)
     assert loop.combiner.metrics.mean_loss < math.log(2)
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def _decoded_batches(events: list[dict], size: int):
+    """The events as Avro messages on the events topic, decoded a batch of
+    ``size`` at a time: (EventRows, the same as (Position, record) pairs)."""
+    from pipelines.records.columnar import EventDecoder, EventRows
+    from schemas.codec import Codec
+
+    codec = Codec()
+    messages = [KafkaMessage("events", 0, i, T0, None, codec.encode("scinol.Event", e, "events"))
+                for i, e in enumerate(events)]
+    decoder = EventDecoder(codec, "logistic")
+    for lo in range(0, len(messages), size):
+        part = messages[lo:lo + size]
+        (_, rows), = EventRows.split(decoder.decode([m.value for m in part]), np.ones(len(part), bool), part)
+        yield rows, [(Position("events", 0, m.offset), codec.decode(m.value)) for m in part]
+
+
+def test_decoded_event_rows_are_held_and_routed_as_their_records_are(monkeypatch):
+    """A decoded batch (EventRows) keeps its unlabelled events as columns
+    (no record per event); routed so, a stream with labels before, right
+    after and long after their events, some of them twice, gives what the
+    same batches as records give: the predictions, the dead letters, what
+    waits and the offsets taken in."""
+    n, rng = 1200, np.random.default_rng(11)
+    X, y, items = stream(n)
+    events = [{**e, "label": e["label"] if i % 7 == 0 else None, "weight": 2.0 if i % 5 == 0 else None}
+              for i, (_, e) in enumerate(items)]
+    due = np.arange(n) + rng.integers(-60, 400, size=n)  # some labels come before their events
+    arrival = [i for i in np.argsort(due, kind="stable").tolist() if events[i]["label"] is None]
+    labels = label_messages([(events[i]["id"], y[i], T0 + max(int(due[i]), 0)) for i in arrival])
+    labels += label_messages([(events[i]["id"], y[i], T0 + n) for i in arrival[:30]], start_offset=len(labels))
+    loops = {"rows": LateLoop(make_learner("scinol2", "logistic"), 3, ttl_ms=10**9),
+             "records": LateLoop(make_learner("scinol2", "logistic"), 3, ttl_ms=10**9)}
+    held_as_records, hold = [], loops["rows"].router._hold
+    monkeypatch.setattr(loops["rows"].router, "_hold", lambda pos, *a: (held_as_records.append(pos), hold(pos, *a)))
+    done = 0
+    for rows, records in _decoded_batches(events, 50):
+        loops["rows"].events(rows)
+        loops["records"].events(records)
+        upto = sum(1 for _, r in labels[done:] if r["timestamp"] <= T0 + int(records[-1][0].offset)) + done
+        for loop in loops.values():
+            loop.labels(labels[done:upto])
+        done = upto
+        a, b = (loop.router.pending.to_arrays() for loop in loops.values())
+        assert a.keys() == b.keys() and [k for k in a if not _same_bits(a[k], b[k])] == []
+    for loop in loops.values():
+        loop.labels(labels[done:])
+
+    rows, records = loops["rows"], loops["records"]
+    def timeless(predictions):  # latency_ms is the clock's
+        return repr([{k: v for k, v in p.items() if k != "latency_ms"} for p in predictions])
+
+    assert timeless(rows.predictions) == timeless(records.predictions)
+    assert repr(rows.dead) == repr(records.dead) and rows.dead  # the second labels are duplicates
+    assert rows.router.offsets == records.router.offsets
+    assert sum(p["label"] is not None for p in rows.predictions) == n  # every event learned, once
+    assert held_as_records == []
+    records_of = {}
+    for p in rows.predictions:
+        records_of.setdefault(p["event_id"], []).append(p)
+    early = [e["id"] for e in events if e["label"] is None and len(records_of[e["id"]]) == 1]
+    assert len(early) > 50  # labels that came before their events, learned on arrival
