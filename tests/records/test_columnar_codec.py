@@ -22,13 +22,9 @@ from pipelines.records.columnar import REASON_CODES, ColumnarEvent, EventDecoder
 from pipelines.records.dead_letters import screen
 from pipelines.records.events import event_rows, learner_rows
 from schemas.catalog import load_schema, schema_id
-from apache_beam.pvalue import TaggedOutput
 
-from pipelines.beam_io import KafkaMessage
-from pipelines.config import RunConfig
-from pipelines.steps import DecodeEvents
 from schemas.codec import Codec
-from tests.support.fuzzkit import _string, _zigzag, corpus, seed_values
+from tests.support.fuzzkit import _string, _zigzag, corpus, damaged, seed_values, step_parts
 
 CODEC = Codec()
 WRITERS = {v: parse_schema(load_schema("scinol.Event", v), named_schemas={}) for v in (1, 2)}
@@ -141,22 +137,9 @@ def frame(event: dict, version: int) -> bytes:
 
 @st.composite
 def messages(draw):
-    """A framed event, often damaged: cut short, a byte changed, bytes
-    appended, another schema id, or no value at all."""
+    """A framed event, often damaged (:func:`tests.support.fuzzkit.damaged`)."""
     value = frame(draw(events), draw(st.sampled_from([1, 2])))
-    damage = draw(st.sampled_from(["truncate", "flip", "trail", "sid", "none_value", "random"] + ["none"] * 8))
-    if damage == "truncate":
-        return value[:draw(st.integers(0, len(value) - 1))]
-    if damage == "flip":
-        at = draw(st.integers(0, len(value) - 1))
-        return value[:at] + bytes([draw(st.integers(0, 255))]) + value[at + 1:]
-    if damage == "trail":
-        return value + draw(st.binary(min_size=1, max_size=9))
-    if damage == "sid":
-        return value[:1] + draw(st.sampled_from([0, 3, 7, 8, 99, 2**31])).to_bytes(4, "big") + value[5:]
-    if damage == "none_value":
-        return None
-    return draw(st.binary(max_size=60)) if damage == "random" else value
+    return damaged(draw, value, [0, 3, 7, 8, 99, 2**31])
 
 
 decoders = st.builds(
@@ -311,18 +294,7 @@ def test_encode_equals_the_codec_bytes(b):
 
 def step_outputs(columnar: bool, values: list, **limits) -> tuple[list, list]:
     """(dead letters, [(model, [(position, event as dict)])]) of DecodeEvents on one batch."""
-    fn = DecodeEvents(RunConfig("unused:9092", "events", "predictions", **limits), columnar=columnar)
-    fn.setup()
-    batch = [KafkaMessage("t", 0, 100 + i, 1_700_000_000_000, b"k%d" % i, v) for i, v in enumerate(values)]
-    dead, parts = [], []
-    for out in fn.process(batch):
-        if isinstance(out, TaggedOutput):
-            dead.append(out.value)
-        else:
-            model, items = out
-            assert items.start == 100
-            parts.append((model, [(pos, repr(dict(event))) for pos, event in items]))
-    return dead, parts
+    return step_parts(columnar, values, item=lambda pair: (pair[0], repr(dict(pair[1]))), **limits)
 
 
 def test_the_columnar_decode_step_gives_what_the_per_event_step_gives():

@@ -10,19 +10,16 @@ import io
 import math
 
 import numpy as np
-from apache_beam.pvalue import TaggedOutput
 from fastavro import parse_schema, schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.beam_io import KafkaMessage
-from pipelines.config import RunConfig
 from pipelines.records.avro_kernels import FALLBACK, decode_labels
 from pipelines.records.dead_letters import screen_label
 from pipelines.records.label_decoder import LabelDecoder
-from pipelines.steps import DecodeEvents
 from schemas.catalog import load_schema, schema_id
 from schemas.codec import Codec
+from tests.support.fuzzkit import damaged, step_parts
 
 CODEC = Codec()
 WRITER = parse_schema(load_schema("scinol.Label", 1), named_schemas={})
@@ -59,23 +56,10 @@ def frame(record: dict) -> bytes:
 
 @st.composite
 def messages(draw):
-    """A framed Label, often damaged: cut short, a byte changed, bytes
-    appended, another schema id (an Event's among them), or no value."""
-    value = frame(draw(records))
-    damage = draw(st.sampled_from(["truncate", "flip", "trail", "sid", "none_value", "random"] + ["none"] * 8))
-    if damage == "truncate":
-        return value[:draw(st.integers(0, len(value) - 1))]
-    if damage == "flip":
-        at = draw(st.integers(0, len(value) - 1))
-        return value[:at] + bytes([draw(st.integers(0, 255))]) + value[at + 1:]
-    if damage == "trail":
-        return value + draw(st.binary(min_size=1, max_size=9))
-    if damage == "sid":
-        other = draw(st.sampled_from([0, 99, 2**31, schema_id("scinol.Event", 2), schema_id("scinol.Prediction", 1)]))
-        return value[:1] + other.to_bytes(4, "big") + value[5:]
-    if damage == "none_value":
-        return None
-    return draw(st.binary(max_size=60)) if damage == "random" else value
+    """A framed Label, often damaged (:func:`tests.support.fuzzkit.damaged`),
+    among the other schema ids an Event's and a Prediction's."""
+    others = [0, 99, 2**31, schema_id("scinol.Event", 2), schema_id("scinol.Prediction", 1)]
+    return damaged(draw, frame(draw(records)), others)
 
 
 @SETTINGS
@@ -105,18 +89,8 @@ def test_valid_labels_take_the_compiled_path():
 
 def step_outputs(columnar: bool, values: list) -> tuple[list, list]:
     """(dead letters, [(model, [(offset, record)])]) of DecodeEvents on one batch of the labels topic."""
-    fn = DecodeEvents(RunConfig("unused:9092", "events", "predictions", labels_topic="labels"), columnar=columnar)
-    fn.setup()
-    batch = [KafkaMessage("labels", 0, 100 + i, 1_700_000_000_000, None, v) for i, v in enumerate(values)]
-    dead, parts = [], []
-    for out in fn.process(batch):
-        if isinstance(out, TaggedOutput):
-            dead.append(out.value)
-        else:
-            model, items = out
-            assert items.start == 100 and items.source == ("labels", 0)
-            parts.append((model, [(msg.offset, exact((record, None))) for msg, record in items]))
-    return dead, parts
+    return step_parts(columnar, values, "labels", lambda pair: (pair[0].offset, exact((pair[1], None))),
+                      labels_topic="labels")
 
 
 def test_the_decode_step_gives_the_same_label_batches_either_way():

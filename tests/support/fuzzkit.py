@@ -22,6 +22,27 @@ from schemas.reasons import REASONS
 _CODEC = Codec()
 
 
+def damaged(draw, value: bytes, other_ids: list[int]):
+    """``value`` (a framed message), often damaged, drawn with hypothesis's
+    ``draw``: cut short, a byte changed, bytes appended, another schema id
+    from ``other_ids``, no value at all, or random bytes."""
+    from hypothesis import strategies as st  # the tests' dependency, not the fault trials'
+
+    damage = draw(st.sampled_from(["truncate", "flip", "trail", "sid", "none_value", "random"] + ["none"] * 8))
+    if damage == "truncate":
+        return value[:draw(st.integers(0, len(value) - 1))]
+    if damage == "flip":
+        at = draw(st.integers(0, len(value) - 1))
+        return value[:at] + bytes([draw(st.integers(0, 255))]) + value[at + 1:]
+    if damage == "trail":
+        return value + draw(st.binary(min_size=1, max_size=9))
+    if damage == "sid":
+        return value[:1] + draw(st.sampled_from(other_ids)).to_bytes(4, "big") + value[5:]
+    if damage == "none_value":
+        return None
+    return draw(st.binary(max_size=60)) if damage == "random" else value
+
+
 def event(i: int, features, **extra) -> dict:
     return {"id": f"fz-{i}", "timestamp": 1_700_000_000_000 + i, "model": "fuzz", "features": features,
             "label": 1.0 if i % 2 else -1.0, "weight": None, **extra}
@@ -148,6 +169,24 @@ def outcomes(fn, values: list) -> tuple[list[dict], list[tuple]]:
         else:
             events.extend(out[1])
     return dead, events
+
+
+def step_parts(columnar: bool, values: list, topic: str = "t", item=lambda pair: pair, **settings) -> tuple[list, list]:
+    """(dead letters, [(model, [item(pair) for each of its pairs])]) of a
+    new DecodeEvents (``settings`` for its RunConfig) on one batch of
+    ``topic``'s partition 0 at offsets 100 on."""
+    fn = DecodeEvents(RunConfig("unused:9092", "events", "predictions", **settings), columnar=columnar)
+    fn.setup()
+    batch = [KafkaMessage(topic, 0, 100 + i, 1_700_000_000_000, b"k%d" % i, v) for i, v in enumerate(values)]
+    dead, parts = [], []
+    for out in fn.process(batch):
+        if isinstance(out, TaggedOutput):
+            dead.append(out.value)
+        else:
+            model, items = out
+            assert items.start == 100 and items.source == (topic, 0)
+            parts.append((model, [item(pair) for pair in items]))
+    return dead, parts
 
 
 def check_batch(fn, values):
