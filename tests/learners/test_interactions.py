@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from numba import njit
 
 from learners import OnlineLearner, make_learner
 from learners.interactions import (DEFAULT_NAMESPACE, NamespacedRows, expand, named_rows, namespace_of,
                                    normalize_interactions)
+from learners.jit import njit  # lazy, as the kernels it calls: numba's own would meet them uncompiled
 from learners.murmur import murmur3_bytes, murmur3_words
 from tests.reference.interactions import cross_row
 from tests.support.gen import labels

@@ -8,8 +8,8 @@ import random
 
 import numpy as np
 import pytest
-from numba import njit
 
+from learners.jit import njit  # lazy, as the kernels it calls: numba's own would meet them uncompiled
 from pipelines.records import blocks
 from pipelines.records.datafiles import DataError, _python_libsvm_row, open_reader
 from pipelines.records.numbers import NOT_A_NUMBER, OK, POW5_HI, POW5_LO, UNDECIDED, parse_decimal
