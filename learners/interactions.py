@@ -174,6 +174,18 @@ def _merge(keys, idx, val, n, table, stamps, stamp, out_idx, out_val, out_pos):
 
 
 @njit(cache=True)
+def _distinct(indices, lo, hi, table, stamps, stamp):
+    """Whether indices[lo:hi] holds no index twice (the table as _merge's)."""
+    for p in range(lo, hi):
+        s = _slot(table, stamps, stamp, indices[p])
+        if stamps[s] == stamp:
+            return False
+        stamps[s] = stamp
+        table[s, 0] = indices[p]
+    return True
+
+
+@njit(cache=True)
 def _combinations(group_sizes, letters, order):
     """How many crosses one interaction makes."""
     if order == 2:
@@ -237,6 +249,14 @@ def _expand(indptr, indices, data, spaces, specs, mask, seed):
             table = np.empty((size, 2), dtype=np.int64)
             stamps = np.zeros(size, dtype=np.int64)
             stamp = 0
+        if specs.shape[0] == 0:
+            stamp += 1
+            if _distinct(indices, lo, hi, table, stamps, stamp):  # both merges below would copy the row as it is
+                start = out_ptr[r]
+                out_idx[start:start + n] = indices[lo:hi]
+                out_val[start:start + n] = data[lo:hi]
+                out_ptr[r + 1] = start + n
+                continue
         # 1. sum repeats of (namespace, index)
         for p in range(n):
             keys[p] = indices[lo + p] * 256 + spaces[lo + p]
