@@ -75,3 +75,35 @@ def test_quotes_hand_over_to_python_where_arrow_stopped(tmp_path):
     assert str(info.value) == f"{path}:3003:3: non-numeric value 'oops' in column 1"
     first = next(iter(reader.batches(3001)))
     assert np.array_equal(first.y, np.r_[np.arange(3000.0), 1.0]) and first.lines[-1] == 3001
+
+
+
+def test_arrow_has_let_go_of_the_file_when_arrow_rows_ends(tmp_path, monkeypatch):
+    """Arrow's read-ahead may still hold the file when the rows end (here:
+    the reader stopped after one batch while slow reads of the next blocks
+    are in flight); Arrow then drops it from its own thread, which needs the
+    GIL, and at interpreter exit that aborted the process (exit 134).
+    arrow_rows waits for Arrow to let go before it returns."""
+    import gc
+    import time
+    import weakref
+
+    path = tmp_path / "d.csv"
+    path.write_text("".join(f"{i},{i * 0.5}\n" for i in range(2000)))
+    files, read = [], csv_arrow._CountingFile.readinto
+
+    def slow(self, buffer):
+        if not files:
+            files.append(weakref.ref(self))
+        else:
+            time.sleep(0.1)  # every read after the first
+        return read(self, buffer)
+
+    monkeypatch.setattr(csv_arrow._CountingFile, "readinto", slow)
+    monkeypatch.setattr(csv_arrow, "ARROW_BLOCK_BYTES", 4096)
+    rows = csv_arrow.arrow_rows(str(path), ",", 2, 0)
+    values, _ = next(rows)
+    assert values.shape[0] > 0
+    rows.close()
+    gc.collect()
+    assert files[0]() is None  # nothing holds the file: Arrow let go of it before arrow_rows returned
