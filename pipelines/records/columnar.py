@@ -44,6 +44,7 @@ from pipelines.records.avro_kernels import encode_file_events, encode_named_even
 from pipelines.records.avro_kernels import encode_predictions as _encode
 from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES, screen
 from pipelines.records.events import dense_events, event_rows
+from pipelines.records.framed import WriterIds, joined
 from pipelines.records.predictions import prediction_keys
 from pipelines.records.strings import Strings
 from pipelines.records.validation import MAX_FEATURES
@@ -158,43 +159,15 @@ class EventDecoder:
         self.params = (np.int64(hash_bits), np.int64(hash_seed), np.int64(max_features),
                        np.int64(min(max_index, 1 << 62)))
         self.labels = (np.int64(label_kind(loss)), np.float64(n_classes or 1))
-        self._known = -1
-        self._refresh_layouts()
-
-    def _refresh_layouts(self) -> None:
-        """The writer schema ids the compiled reader takes: every id the
-        codec reads as an Event whose writer schema is a catalog version."""
-        table = dict(self.codec._by_id)
-        if len(table) == self._known:
-            return
-        from fastavro.schema import to_parsing_canonical_form as canonical
-
-        layouts = {canonical(load_schema("scinol.Event", v)): v for v in (LAYOUT_V1, LAYOUT_V2)}
-        sids, kinds = [], []
-        for sid, (name, _, writer, _) in table.items():
-            if name == "scinol.Event" and writer is not None:
-                kind = layouts.get(canonical(writer))
-                if kind:
-                    sids.append(sid)
-                    kinds.append(kind)
-        self.sids, self.layouts = np.array(sids, np.int64), np.array(kinds, np.int8)
-        self._known = len(table)
+        self.writers = WriterIds(codec, "scinol.Event", (LAYOUT_V1, LAYOUT_V2))
 
     def decode(self, values) -> EventColumns:
         """The batch ``values`` (bytes, or None for a tombstone) as columns."""
         values = values if isinstance(values, list) else list(values)
-        try:
-            lengths = np.fromiter(map(len, values), np.int64, len(values))
-            buf = np.frombuffer(b"".join(values), np.uint8)
-        except TypeError:  # a None or non-bytes value: left to the per-message path
-            lengths = np.array([len(v) if isinstance(v, (bytes, bytearray, memoryview)) else 0 for v in values],
-                               np.int64)
-            buf = np.frombuffer(b"".join(v if isinstance(v, (bytes, bytearray, memoryview)) else b""
-                                         for v in values), np.uint8)
-        ends = np.cumsum(lengths)
-        starts = ends - lengths
+        buf, starts, ends = joined(values)
         status, cols, indptr, indices, data, code, firsts = decode_events(
-            buf, starts, ends, self.sids, self.layouts, self.params, self.labels, self.max_message_bytes)
+            buf, starts, ends, self.writers.ids, self.writers.versions, self.params, self.labels,
+            self.max_message_bytes)
         ts, id_s, id_e, model_s, model_e, label, has_label, weight, has_weight = cols
         models = [buf[model_s[f]:model_e[f]].tobytes().decode() for f in firsts]
         out = EventColumns(buf, id_s, id_e, ts, code, models, label, has_label, weight, has_weight, indptr, indices,
@@ -232,7 +205,7 @@ class EventDecoder:
             indptr, indices, data, _ = event_rows([event], self.hasher)
             rows[i] = (indices, data)
         out.models = list(models)
-        self._refresh_layouts()  # a registry may have taught the codec new ids
+        self.writers.refresh()  # a registry may have taught the codec new ids
         if extra:
             out.buf = np.concatenate([out.buf, np.frombuffer(bytes(extra), np.uint8)])
         if rows:

@@ -18,8 +18,9 @@ from typing import Iterator, NamedTuple
 import numpy as np
 
 from pipelines.records.avro_kernels import decode_feedback_batch, encode_feedback_batch
+from pipelines.records.framed import WriterIds
 from pipelines.records.strings import Strings
-from schemas.catalog import load_schema
+from schemas.catalog import current_version
 from schemas.codec import HEADER_SIZE, MAGIC, Codec, DecodeError
 from schemas.reasons import UNDECODABLE
 
@@ -201,8 +202,7 @@ class FeedbackReader:
 
     def __init__(self, codec: Codec):
         self.codec = codec
-        self._ids: frozenset[int] = frozenset()
-        self._known = -1
+        self.writers = WriterIds(codec, "scinol.FeedbackBatch", (current_version("scinol.FeedbackBatch"),))
 
     def decode(self, value) -> dict:
         columns = self._compiled(value)
@@ -226,23 +226,10 @@ class FeedbackReader:
 
     def _compiled(self, value) -> FeedbackColumns | None:
         if value.__class__ is bytes and len(value) > HEADER_SIZE and value[0] == MAGIC:
-            if int.from_bytes(value[1:HEADER_SIZE], "big") in self._current_ids():
+            self.writers.refresh()  # a registry's id, as the codec meets it
+            if int.from_bytes(value[1:HEADER_SIZE], "big") in self.writers.version_of:
                 return _compiled(value)
         return None
-
-    def _current_ids(self) -> frozenset[int]:
-        """The schema ids the codec reads as this version's FeedbackBatch (a
-        registry's join as the codec meets them)."""
-        table = self.codec._by_id
-        if len(table) != self._known:
-            from fastavro.schema import to_parsing_canonical_form as canonical
-
-            current = canonical(load_schema("scinol.FeedbackBatch"))
-            self._ids = frozenset(sid for sid, (name, _, writer, _) in dict(table).items()
-                                  if name == "scinol.FeedbackBatch" and writer is not None
-                                  and canonical(writer) == current)
-            self._known = len(table)
-        return self._ids
 
 
 def _compiled(value: bytes) -> FeedbackColumns | None:

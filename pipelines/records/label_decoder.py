@@ -16,7 +16,7 @@ import numpy as np
 
 from pipelines.records.avro_kernels import FALLBACK, decode_labels, label_kind
 from pipelines.records.dead_letters import DEFAULT_MAX_MESSAGE_BYTES, screen_label
-from schemas.catalog import load_schema
+from pipelines.records.framed import WriterIds, joined
 from schemas.codec import Codec
 
 LABEL = "scinol.Label"
@@ -33,30 +33,14 @@ class LabelDecoder:
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
         self.codec, self.loss, self.n_classes, self.max_message_bytes = codec, loss, n_classes, max_message_bytes
         self.labels = (np.int64(label_kind(loss)), np.float64(n_classes or 1))
-        self._known = -1
-        self._refresh_ids()
-
-    def _refresh_ids(self) -> None:
-        """The writer schema ids the compiled reader takes: every id the codec
-        reads as a Label whose writer schema is the version it has a layout for."""
-        table = dict(self.codec._by_id)
-        if len(table) == self._known:
-            return
-        from fastavro.schema import to_parsing_canonical_form as canonical
-
-        layout = canonical(load_schema(LABEL, LAYOUT_VERSION))
-        self.sids = np.array([sid for sid, (name, _, writer, _) in table.items()
-                              if name == LABEL and writer is not None and canonical(writer) == layout], np.int64)
-        self._known = len(table)
+        self.writers = WriterIds(codec, LABEL, (LAYOUT_VERSION,))
 
     def screen(self, values: list) -> list[tuple[dict | None, tuple[str, str] | None]]:
         """``(record, None)`` or ``(None, (reason, detail))`` for each value
         (bytes, or None for a tombstone), in order."""
         values = values if isinstance(values, list) else list(values)
-        lengths = np.array([len(v) if isinstance(v, (bytes, bytearray, memoryview)) else 0 for v in values], np.int64)
-        buf = np.frombuffer(b"".join(v for v in values if isinstance(v, (bytes, bytearray, memoryview))), np.uint8)
-        ends = np.cumsum(lengths)
-        status, cols = decode_labels(buf, ends - lengths, ends, self.sids, self.labels, self.max_message_bytes)
+        buf, starts, ends = joined(values)
+        status, cols = decode_labels(buf, starts, ends, self.writers.ids, self.labels, self.max_message_bytes)
         data = buf.tobytes()
         ts, id_s, id_e, model_s, model_e, label, weight, has_weight = (c.tolist() for c in cols)
         out = []
@@ -67,5 +51,5 @@ class LabelDecoder:
             out.append(({"event_id": data[id_s[i]:id_e[i]].decode(), "model": data[model_s[i]:model_e[i]].decode(),
                          "label": label[i], "weight": weight[i] if has_weight[i] else None, "timestamp": ts[i]},
                         None))
-        self._refresh_ids()  # a registry may have taught the codec new ids
+        self.writers.refresh()  # a registry may have taught the codec new ids
         return out

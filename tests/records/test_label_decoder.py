@@ -79,10 +79,10 @@ def test_valid_labels_take_the_compiled_path():
     decoder = LabelDecoder(CODEC, "logistic")
     buf = np.frombuffer(b"".join(values), np.uint8)
     ends = np.cumsum([len(v) for v in values])
-    status, _ = decode_labels(buf, ends - [len(v) for v in values], ends, decoder.sids, decoder.labels, 16 << 20)
+    status, _ = decode_labels(buf, ends - [len(v) for v in values], ends, decoder.writers.ids, decoder.labels, 16 << 20)
     assert (status == 0).all()
     bad = frame({"event_id": "e", "model": "m", "label": 0.5, "weight": None, "timestamp": 0})  # not a logistic label
-    status, _ = decode_labels(np.frombuffer(bad, np.uint8), np.array([0]), np.array([len(bad)]), decoder.sids,
+    status, _ = decode_labels(np.frombuffer(bad, np.uint8), np.array([0]), np.array([len(bad)]), decoder.writers.ids,
                               decoder.labels, 16 << 20)
     assert status.tolist() == [FALLBACK]
 
