@@ -39,21 +39,44 @@ def needs_python(c):
     return 28 <= c <= 31 or c >= 128
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def _sift_down(indices, values, lo, root, end):
+    """Restore the max-heap (by index) at lo + root over lo..lo + end."""
+    while 2 * root + 1 < end:
+        child = 2 * root + 1
+        if child + 1 < end and indices[lo + child + 1] > indices[lo + child]:
+            child += 1
+        if indices[lo + root] >= indices[lo + child]:
+            return
+        a, b = lo + root, lo + child
+        indices[a], indices[b] = indices[b], indices[a]
+        values[a], values[b] = values[b], values[a]
+        root = child
+
+
+@njit(cache=True, _nrt=False)
 def sort_row(indices, values, lo, hi):
-    """Sort entries lo..hi by index; False if an index repeats."""
+    """Sort entries lo..hi by index, in place (a heap sort: the parsers
+    allocate nothing, so they run without numba's reference counting);
+    False if an index repeats. Not stable, and need not be: a row with a
+    repeated index goes to Python whole."""
     ordered = True
     for p in range(lo + 1, hi):
         if indices[p] <= indices[p - 1]:
             ordered = False
             break
-    if not ordered:
-        order = np.argsort(indices[lo:hi], kind="mergesort")
-        indices[lo:hi] = indices[lo:hi][order]
-        values[lo:hi] = values[lo:hi][order]
-        for p in range(lo + 1, hi):
-            if indices[p] == indices[p - 1]:
-                return False
+    if ordered:
+        return True
+    n = hi - lo
+    for root in range(n // 2 - 1, -1, -1):
+        _sift_down(indices, values, lo, root, n)
+    for end in range(n - 1, 0, -1):
+        indices[lo], indices[lo + end] = indices[lo + end], indices[lo]
+        values[lo], values[lo + end] = values[lo + end], values[lo]
+        _sift_down(indices, values, lo, 0, end)
+    for p in range(lo + 1, hi):
+        if indices[p] == indices[p - 1]:
+            return False
     return True
 
 
@@ -79,7 +102,7 @@ def _is_qid(buf, start, end):
     return end - start == 3 and buf[start] == 113 and buf[start + 1] == 105 and buf[start + 2] == 100
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _parse_line(buf, pos, indices, values, nnz, pow5_hi, pow5_lo):
     """(kind, next line's position, nnz after the row, label, weight) for the
     line at pos, in one pass: kind 1 a row, 0 a blank line, or PYTHON / VALUES_FULL."""
@@ -130,7 +153,7 @@ def _parse_line(buf, pos, indices, values, nnz, pow5_hi, pow5_lo):
     return (1 if tokens else 0), i + 1, nnz, label, weight
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def parse_libsvm(buf, pos, line, labels, weights, lines, indptr, indices, values, n_rows, pow5_hi, pow5_lo):
     """Parse lines of buf from pos into rows n_rows, n_rows + 1, ... of the
     output arrays (indptr[n_rows] is where the next row's entries start).

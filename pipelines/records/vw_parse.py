@@ -73,7 +73,7 @@ def _copy(src, start, end, dst, at):
     return at
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _label_section(buf, i, n, starts, ends, pow5_hi, pow5_lo):
     """(ok, position after it, label, weight, tag start, tag end)."""
     words = 0
@@ -112,7 +112,7 @@ def _label_section(buf, i, n, starts, ends, pow5_hi, pow5_lo):
     return True, i, label, weight, tag_start, tag_end
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _vw_line(buf, pos, words_start, words_end, indices, values, spaces, nnz, scratch, name_ends, mask, seed,
              pow5_hi, pow5_lo):
     """(kind, next line's position, nnz after the row, label, weight, tag
@@ -223,9 +223,9 @@ def _vw_line(buf, pos, words_start, words_end, indices, values, spaces, nnz, scr
     return _ROW, i + 1, nnz, label, weight, tag_start, tag_end
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def parse_vw(buf, pos, line, labels, weights, lines, tags, indptr, indices, values, spaces, n_rows,
-             scratch, name_ends, mask, seed, pow5_hi, pow5_lo):
+             scratch, name_ends, words, mask, seed, pow5_hi, pow5_lo):
     """Parse lines of buf from pos into rows n_rows, n_rows + 1, ... (as
     :func:`pipelines.records.libsvm_parse.parse_libsvm`); ``tags[r]`` is the
     (start, end) of row r's tag in buf, (-1, -1) without one. ``scratch``
@@ -235,8 +235,7 @@ def parse_vw(buf, pos, line, labels, weights, lines, tags, indptr, indices, valu
     entry), its value unsigned, its index the hash & ``mask``; VALUES_FULL
     also when ``scratch`` is full. Else give an empty ``name_ends``."""
     n, rows_cap = buf.shape[0], labels.shape[0]
-    words_start = np.empty(4, dtype=np.int64)
-    words_end = np.empty(4, dtype=np.int64)
+    words_start, words_end = words[0], words[1]
     while pos < n:
         if n_rows == rows_cap:
             return ROWS_FULL, pos, line, n_rows

@@ -302,6 +302,7 @@ class VwReader(Reader):
         named = isinstance(rows, _VwNamedRowBuffer)
         mask = (1 << (32 if named else self.hash_bits)) - 1  # kept names: the whole hash, to find repeats
         scratch = None if named else np.empty(2 * block.shape[0] + 16, dtype=np.uint8)
+        words = np.empty((2, 4), dtype=np.int64)
         if named:
             rows.block = block
 
@@ -310,7 +311,7 @@ class VwReader(Reader):
             status, pos, line, rows.n = parse_vw(
                 block, pos, line, rows.y, rows.weights, rows.lines, rows.tag_spans, rows.indptr,
                 rows.indices, rows.data, rows.spaces, rows.n, rows.names if named else scratch,
-                rows.name_ends if named else _NO_NAMES, mask, self.hash_seed, POW5_HI, POW5_LO)
+                rows.name_ends if named else _NO_NAMES, words, mask, self.hash_seed, POW5_HI, POW5_LO)
             if not named:
                 rows.note_tags(block, first)
             return status, pos, line

@@ -177,3 +177,24 @@ def test_libsvm_without_final_newline_and_long_lines(tmp_path, monkeypatch):
     path.write_text("1 " + " ".join(f"{i}:{i}.5" for i in range(1, 300)) + "\n-1 3:1")
     assert compiled_libsvm(str(path)) == python_libsvm(str(path))
     assert compiled_libsvm(str(path))[-1] == (2, -1.0, [(3, 1.0)])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_libsvm_long_rows_out_of_order(tmp_path, seed):
+    """Rows longer than any of the random ones, shuffled or reversed, are
+    sorted in place as Python sorts them; a repeated index anywhere in a
+    long row is Python's error, not a silently merged row."""
+    rng = random.Random(seed)
+    rows = [rng.sample(range(1, 5000), rng.randint(100, 2000)) for _ in range(20)]
+    rows.append(list(range(3000, 0, -1)))
+    path = tmp_path / "d.svm"
+    path.write_text("".join("1 " + " ".join(f"{i}:{i % 7 - 3}.25" for i in idx) + "\n" for idx in rows))
+    got = compiled_libsvm(str(path))
+    assert got == python_libsvm(str(path))
+    assert [[i for i, _ in row] for _, _, row in got] == [sorted(idx) for idx in rows]
+    repeat = rows[0] + [rows[0][rng.randrange(len(rows[0]))]]
+    rng.shuffle(repeat)
+    path.write_text("1 3:1\n-1 " + " ".join(f"{i}:1" for i in repeat) + "\n")
+    assert outcome(compiled_libsvm, str(path)) == outcome(python_libsvm, str(path))
+    error = outcome(compiled_libsvm, str(path))
+    assert ":2:" in error and "duplicate feature index" in error
