@@ -33,7 +33,7 @@ import gc
 import inspect
 import logging
 
-from .startup import skip_numba_probes
+from .startup import one_blas_thread, skip_numba_probes
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +77,10 @@ def main(argv=None) -> None:
     """A worker pool's harness (Beam's container contract: it is called with
     ``--id`` and ``--control_endpoint`` among others). Runs the SDK harness
     as the pool itself would (no state cache, no data buffer time limit),
-    with :func:`end_bundles_promptly` applied first and numba's optional
-    probes skipped (:mod:`pipelines.runners.startup`): every worker loads
-    the compiled kernels."""
+    with :func:`end_bundles_promptly` applied first, numba's optional
+    probes skipped and one OpenBLAS thread (:mod:`pipelines.runners.startup`):
+    every worker loads the compiled kernels."""
+    one_blas_thread()
     skip_numba_probes()
     parser = argparse.ArgumentParser(prog="python -m pipelines.runners.harness")
     parser.add_argument("--id", required=True)

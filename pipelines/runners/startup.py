@@ -1,5 +1,5 @@
 """Start-up of the project's own processes: two optional imports numba makes
-that they skip.
+that they skip, and OpenBLAS's thread pool they do without.
 
 numba's first compile or cache load in a process imports its typing and
 lowering modules, and two of them probe for optional packages the
@@ -24,6 +24,7 @@ imports the project as a library keeps numba's behaviour.
 from __future__ import annotations
 
 import importlib.abc
+import os
 import sys
 
 SKIPPED_PROBES = {"numba.np.arraymath": "scipy.linalg", "numba.core.typing.cffi_utils": "cffi"}
@@ -60,3 +61,13 @@ def skip_numba_probes() -> None:
                if prober not in sys.modules and skipped not in sys.modules}
     if pending:
         sys.meta_path.insert(0, _SkipProbes(pending))
+
+
+def one_blas_thread() -> None:
+    """OpenBLAS, NumPy's BLAS, with one thread unless the environment sets
+    ``OPENBLAS_NUM_THREADS``. Nothing these processes run leans on BLAS (the
+    learners are compiled loops), yet OpenBLAS starts a thread per core when
+    NumPy loads, and it spins before it sleeps: about 0.1 CPU-s of every
+    ``scinol learn`` on two cores, taken from the parser, the learner and
+    the broker. It counts only if called before NumPy is imported."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -1,6 +1,6 @@
 """The ``scinol`` process skips numba's start-up probes for optional packages
 (the imports of ``scipy.linalg`` and ``cffi``), and numba's linear algebra
-still works after it.
+still works after it; it runs NumPy with one OpenBLAS thread unless told otherwise.
 
 Each test runs a new Python process: the probe runs once per process, and
 this test process has long since run it."""
@@ -8,6 +8,7 @@ this test process has long since run it."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -90,3 +91,25 @@ def test_the_probed_packages_import_as_usual_after_the_probes(tmp_path):
                           "det": float(scipy.linalg.det([[2.0, 1.0], [1.0, 3.0]])), "ffi": cffi.FFI().sizeof("int")}))
     """, tmp_path)
     assert got == {"have_blas": False, "cffi_typing": False, "det": 5.0, "ffi": 4}
+
+
+def _threads_after_numpy(tmp_path, **env) -> dict:
+    code = """
+        import json, os
+        import pipelines.cli.main
+        import numpy
+        print(json.dumps({"setting": os.environ["OPENBLAS_NUM_THREADS"],
+                          "threads": len(os.listdir("/proc/self/task"))}))
+    """
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env={k: v for k, v in {**os.environ, **env}.items() if v is not None})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_command_line_runs_numpy_with_one_openblas_thread_unless_told_otherwise(tmp_path):
+    """OpenBLAS's pool thread spins at start-up (about 0.1 CPU-s a command);
+    the project's processes have no BLAS work for it."""
+    assert _threads_after_numpy(tmp_path, OPENBLAS_NUM_THREADS=None) == {"setting": "1", "threads": 1}
+    if (os.cpu_count() or 1) >= 2:  # OpenBLAS starts a thread per core; the user's setting is kept
+        assert _threads_after_numpy(tmp_path, OPENBLAS_NUM_THREADS="2") == {"setting": "2", "threads": 2}
