@@ -233,7 +233,9 @@ def parse_vw(buf, pos, line, labels, weights, lines, tags, indptr, indices, valu
     produce``), give ``name_ends`` as long as ``indices``: entry k's name is
     then scratch[name_ends[k - 1]:name_ends[k]] (from 0 for the first
     entry), its value unsigned, its index the hash & ``mask``; VALUES_FULL
-    also when ``scratch`` is full. Else give an empty ``name_ends``."""
+    also when ``scratch`` is full. Else give an empty ``name_ends``.
+    ``words`` is a (2, 4) int64 scratch for a label section's words: this
+    function allocates nothing, so it compiles without reference counting."""
     n, rows_cap = buf.shape[0], labels.shape[0]
     words_start, words_end = words[0], words[1]
     while pos < n:
