@@ -18,9 +18,12 @@ import numpy as np
 from pipelines.cli.main import main
 
 
-def _python(code: str, cwd) -> dict:
+def _python(code: str, cwd, **env) -> dict:
+    """What ``code``, run by a new interpreter in ``cwd``, prints last (JSON);
+    ``env`` changes its environment (None: a variable unset)."""
+    env = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -94,17 +97,13 @@ def test_the_probed_packages_import_as_usual_after_the_probes(tmp_path):
 
 
 def _threads_after_numpy(tmp_path, **env) -> dict:
-    code = """
+    return _python("""
         import json, os
         import pipelines.cli.main
         import numpy
         print(json.dumps({"setting": os.environ["OPENBLAS_NUM_THREADS"],
                           "threads": len(os.listdir("/proc/self/task"))}))
-    """
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300, env={k: v for k, v in {**os.environ, **env}.items() if v is not None})
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """, tmp_path, **env)
 
 
 def test_the_command_line_runs_numpy_with_one_openblas_thread_unless_told_otherwise(tmp_path):
