@@ -27,6 +27,7 @@ import numpy as np
 
 _LOCK = threading.RLock()
 _KERNELS: list["Kernel"] = []
+_INTRINSICS: list["Intrinsic"] = []
 _CACHE_CHECKS: list[tuple[str, "Kernel"]] = []
 _STATE = {"numba": None, "exports": None}  # numba.njit once materialized; the loaded exports, {} when none
 
@@ -118,11 +119,65 @@ def materialize() -> None:
             for name, value in list(names.items()):
                 if isinstance(value, Kernel):
                     names[name] = dispatchers[id(value)]
+                elif isinstance(value, Intrinsic):
+                    names[name] = value.compiled()
         # Only now, with stale caches gone and every callee in place: another
         # thread that finds a kernel's dispatcher set may call it at once.
         for kernel in _KERNELS:
             kernel.dispatcher = dispatchers[id(kernel)]
         _STATE["numba"] = numba.njit
+
+
+class Intrinsic:
+    """A numba intrinsic (LLVM IR a kernel inlines) made lazy like a kernel:
+    ``build()`` imports numba and returns the intrinsic; :func:`materialize`
+    puts it in the globals of the modules that name it. Called from Python
+    (a kernel's plain function), it is ``python``."""
+
+    def __init__(self, build, python):
+        self.build, self.python, self._compiled = build, python, None
+        _INTRINSICS.append(self)
+
+    def compiled(self):
+        with _LOCK:
+            if self._compiled is None:
+                self._compiled = self.build()
+            return self._compiled
+
+    def __call__(self, *args):
+        return self.python(*args)
+
+
+def _build_prefetch_row():
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def prefetch_row(typingctx, array, j):
+        def codegen(context, builder, signature, args):
+            array_type = signature.args[0]
+            view = context.make_array(array_type)(context, builder, args[0])
+            stride = cgutils.unpack_tuple(builder, view.strides, array_type.ndim)[0]
+            byte = builder.gep(builder.bitcast(view.data, ir.IntType(8).as_pointer()), [builder.mul(args[1], stride)])
+            i32 = ir.IntType(32)
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [byte.type, i32, i32, i32]), "llvm.prefetch.p0")
+            builder.call(fn, [byte, i32(0), i32(3), i32(1)])  # a read, keep in all cache levels, data
+            return context.get_dummy_value()
+
+        if isinstance(array, types.Array) and isinstance(j, types.Integer):
+            return types.void(array, j), codegen
+        return None
+
+    return prefetch_row
+
+
+prefetch_row = Intrinsic(_build_prefetch_row, lambda array, j: None)
+"""``prefetch_row(array, j)``: ask the CPU to bring the first cache line of
+``array[j]`` in, and go on. A kernel that will visit scattered rows soon
+(the coordinates of the next example) lets their loads overlap the work on
+the current one. A hint: it changes no value and cannot fault."""
 
 
 _PACKAGES = ("learners", "pipelines", "schemas", "tests", "benchmarks")

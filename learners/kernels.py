@@ -41,7 +41,7 @@ from . import math_kt as KT
 from . import math_ogd as OG
 from . import math_pa as PA
 from . import math_scinol as SC
-from .jit import drop_stale_cache, njit
+from .jit import drop_stale_cache, njit, prefetch_row
 from .losses import loss_grad_into
 
 # error_model="numpy": IEEE division, no Python ZeroDivisionError checks in
@@ -222,11 +222,33 @@ def _predict_single(a, prm, glob, P, Q, indices, data, start, end, dense, bias, 
     return yhat
 
 
+AHEAD = 4
+"""Rows ahead whose coordinates' state a sparse kernel asks the cache for
+(:func:`_prefetch_state`)."""
+
+
+@inline
+def _prefetch_state(P, Q, indptr, indices, i, dense, bias):
+    """Prefetch the P and Q rows of row i's coordinates, if row i exists.
+    Sparse rows over many coordinates (2^20 hashed features: tens of MB of
+    state) miss the cache at nearly every entry, and the loop asks for each
+    entry's state only when it gets there; asked for a few rows early, it
+    arrives while the rows before are learned. Dense rows reuse the same
+    coordinates, which stay cached."""
+    if dense or i >= indptr.shape[0] - 1:
+        return
+    for p in range(indptr[i], indptr[i + 1]):
+        j = indices[p] + bias
+        prefetch_row(P, j)
+        prefetch_row(Q, j)
+
+
 @inline
 def _rows_single(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, loss, loss_prm, scores, losses, w,
                  ex, yhat, fb):
     for i in range(indptr.shape[0] - 1):
         start, end = indptr[i], indptr[i + 1]
+        _prefetch_state(P, Q, indptr, indices, i + AHEAD, dense, bias)
         learning = not math.isnan(y[i])
         yhat[0] = _predict_single(a, prm, glob, P, Q, indices, data, start, end, dense, bias, glob[0] + 1.0,
                                   learning, ex, w)
@@ -247,6 +269,7 @@ def _rows_multi(a, prm, glob, P, Q, indptr, indices, data, dense, bias, y, iw, l
                 ex, yhat, fb):
     for i in range(indptr.shape[0] - 1):
         start, end = indptr[i], indptr[i + 1]
+        _prefetch_state(P, Q, indptr, indices, i + AHEAD, dense, bias)
         learning = not math.isnan(y[i])
         _predict(a, prm, glob, P, Q, indices, data, start, end, dense, bias, glob[0] + 1.0, learning, yhat, ex, w)
         scores[i, :] = yhat
@@ -455,6 +478,7 @@ def _predict_block(a, prm, glob, P, Q, indptr, indices, data, learning, out, w):
     t = glob[0] + 1.0
     for i in range(indptr.shape[0] - 1):
         start, end = indptr[i], indptr[i + 1]
+        _prefetch_state(P, Q, indptr, indices, i + AHEAD, False, False)
         if n_out == 1:
             out[i, 1:] = 0.0  # the extra sums, which _predict_single leaves alone for an algorithm without them
             out[i, 0] = _predict_single(a, prm, glob, P, Q, indices, data, start, end, False, False, t, learning[i],
@@ -472,6 +496,7 @@ def _update_block(a, prm, globs, P, Q, indptr, indices, data, fbs, has_fb, w):
     a larger block: w is indexed like indices."""
     n_out = P.shape[1]
     for i in range(indptr.shape[0] - 1):
+        _prefetch_state(P, Q, indptr, indices, i + AHEAD, False, False)
         if has_fb[i]:
             start, end = indptr[i], indptr[i + 1]
             if n_out == 1:  # the constant lets the compiler drop the loop over outputs, as in _rows_single

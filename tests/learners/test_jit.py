@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from learners import aot, jit
+from learners.jit import prefetch_row
 from learners.kernels import LEARN_ROWS
 
 
@@ -108,6 +109,27 @@ def test_njit_takes_numbas_forms():
     bare, configured = jit.njit(twice), jit.njit(error_model="numpy")(twice)
     assert bare(3) == configured(x=3) == 6
     assert bare.py_func is twice and configured.py_func is twice
+
+
+@jit.njit
+def _sum_after_prefetching(array, rows):
+    for j in rows:
+        prefetch_row(array, j)
+    return array.sum()
+
+
+@pytest.mark.parametrize("shape", [(50,), (50, 3), (50, 2, 3)])
+def test_prefetch_row_compiles_for_any_array_and_changes_nothing_even_past_the_end(shape):
+    array = np.random.default_rng(0).normal(size=shape)
+    before = array.copy()
+    rows = np.array([0, 7, 49, 50, 10**9], dtype=np.int64)  # the last two are past the end: a hint cannot fault
+    assert _sum_after_prefetching(array, rows) == pytest.approx(before.sum())
+    assert np.array_equal(array, before)
+    assert not isinstance(globals()["prefetch_row"], jit.Intrinsic)  # materialized: numba's intrinsic
+
+
+def test_prefetch_row_called_from_python_does_nothing():
+    assert jit.Intrinsic(lambda: None, lambda array, j: None)(np.zeros(3), 5) is None
 
 
 @pytest.mark.parametrize("bad", [["text"], [1.0]])
