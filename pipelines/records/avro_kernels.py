@@ -797,6 +797,12 @@ def encode_file_events(header, prefix, lines, ts, model, width, indptr, indices,
     return out, offsets
 
 
+SHORT_ROW = 32
+"""Entries of a row up to which :func:`_first_names` compares each name's
+hash with those before it instead of sorting the row's hashes: no
+allocation, and fewer steps than a sort for rows this short."""
+
+
 @njit(cache=True)
 def _first_names(indptr, hashes, names, name_ends, values):
     """Repeated names of a row summed into their first occurrence, in the
@@ -805,24 +811,49 @@ def _first_names(indptr, hashes, names, name_ends, values):
     summed = values.copy()
     for r in range(indptr.shape[0] - 1):
         lo, hi = indptr[r], indptr[r + 1]
-        order = np.argsort(hashes[lo:hi], kind="mergesort") + lo  # equal hashes stay in line order
-        a = 0
-        while a < hi - lo:
-            b = a + 1
-            while b < hi - lo and hashes[order[b]] == hashes[order[a]]:
-                b += 1
-            for x in range(a + 1, b):  # a run of equal hashes: the same name, or (rarely) a collision
-                k = order[x]
-                k0, k1 = name_ends[k - 1] if k else 0, name_ends[k]
-                for y in range(a, x):
-                    j = order[y]
-                    j0, j1 = name_ends[j - 1] if j else 0, name_ends[j]
-                    if keep[j] and j1 - j0 == k1 - k0 and np.all(names[j0:j1] == names[k0:k1]):
+        if hi - lo <= SHORT_ROW:
+            for k in range(lo + 1, hi):
+                for j in range(lo, k):
+                    if keep[j] and hashes[j] == hashes[k] and _same_name(names, name_ends, j, k):
                         summed[j] += summed[k]
                         keep[k] = False
                         break
-            a = b
+        else:
+            _first_names_sorted(lo, hi, hashes, names, name_ends, keep, summed)
     return keep, summed
+
+
+@njit(cache=True, inline="always")
+def _same_name(names, name_ends, j, k):
+    j0, j1 = name_ends[j - 1] if j else 0, name_ends[j]
+    k0, k1 = name_ends[k - 1] if k else 0, name_ends[k]
+    if j1 - j0 != k1 - k0:
+        return False
+    for i in range(j1 - j0):
+        if names[j0 + i] != names[k0 + i]:
+            return False
+    return True
+
+
+@njit(cache=True, inline="always")
+def _first_names_sorted(lo, hi, hashes, names, name_ends, keep, summed):
+    """:func:`_first_names` for the long row lo:hi: entries ordered by hash,
+    so each name is compared only with those of equal hash before it."""
+    order = np.argsort(hashes[lo:hi], kind="mergesort") + lo  # equal hashes stay in line order
+    a = 0
+    while a < hi - lo:
+        b = a + 1
+        while b < hi - lo and hashes[order[b]] == hashes[order[a]]:
+            b += 1
+        for x in range(a + 1, b):  # a run of equal hashes: the same name, or (rarely) a collision
+            k = order[x]
+            for y in range(a, x):
+                j = order[y]
+                if keep[j] and _same_name(names, name_ends, j, k):
+                    summed[j] += summed[k]
+                    keep[k] = False
+                    break
+        a = b
 
 
 @njit(cache=True)
