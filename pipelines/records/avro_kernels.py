@@ -589,17 +589,21 @@ def write_long(out, pos, v):
 
 
 @njit(cache=True, inline="always")
-def write_double(out, pos, v, cell):
-    """``cell``: a 1-element float64 array, to see v's 8 bytes through."""
-    cell[0] = v
-    out[pos:pos + 8] = cell.view(np.uint8)
+def write_double(out, pos, v):
+    """v's 8 bytes, little-endian (Avro's double), one at a time: no array
+    view or slice copy, so the writers that allocate nothing can run
+    without numba's reference counting."""
+    bits = np.float64(v).view(np.uint64)
+    for i in range(8):
+        out[pos + i] = np.uint8((bits >> np.uint64(8 * i)) & np.uint64(0xFF))
     return pos + 8
 
 
 @njit(cache=True, inline="always")
 def write_string(out, pos, sbuf, s, e):
     pos = write_long(out, pos, e - s)
-    out[pos:pos + e - s] = sbuf[s:e]
+    for i in range(e - s):  # a loop, not a slice copy: see write_double
+        out[pos + i] = sbuf[s + i]
     return pos + e - s
 
 
@@ -622,7 +626,7 @@ def _prediction_size(i, header, strs, longs, flags, doubles):
 
 
 @njit(cache=True)
-def _write_prediction(out, pos, i, header, sbuf, strs, longs, flags, doubles, cell):
+def _write_prediction(out, pos, i, header, sbuf, strs, longs, flags, doubles):
     id_s, id_e, model_s, model_e, topic_s, topic_e = strs
     version, klass, ts, partition, offset = longs
     has_prob, has_klass, has_label, has_partition, has_offset = flags
@@ -630,20 +634,20 @@ def _write_prediction(out, pos, i, header, sbuf, strs, longs, flags, doubles, ce
     out[pos:pos + header.shape[0]] = header
     pos = write_string(out, pos + header.shape[0], sbuf, id_s[i], id_e[i])
     pos = write_string(out, pos, sbuf, model_s[i], model_e[i])
-    pos = write_double(out, write_long(out, pos, version[i]), scores[i, 0], cell)
+    pos = write_double(out, write_long(out, pos, version[i]), scores[i, 0])
     k = scores.shape[1]
     if k:
         pos = write_long(out, pos, k)
         for j in range(k):
-            pos = write_double(out, pos, scores[i, j], cell)
+            pos = write_double(out, pos, scores[i, j])
     out[pos] = 0
     pos += 1
-    pos = _union_double(out, pos, has_prob[i], prob[i], cell)
+    pos = _union_double(out, pos, has_prob[i], prob[i])
     out[pos] = 2 if has_klass[i] else 0
     pos = write_long(out, pos + 1, klass[i]) if has_klass[i] else pos + 1
-    pos = _union_double(out, pos, has_label[i], label[i], cell)
-    pos = _union_double(out, pos, loss[i] == loss[i], loss[i], cell)
-    pos = write_double(out, write_long(out, pos, ts[i]), latency[i], cell)
+    pos = _union_double(out, pos, has_label[i], label[i])
+    pos = _union_double(out, pos, loss[i] == loss[i], loss[i])
+    pos = write_double(out, write_long(out, pos, ts[i]), latency[i])
     out[pos] = 2 if topic_s[i] >= 0 else 0
     pos = write_string(out, pos + 1, sbuf, topic_s[i], topic_e[i]) if topic_s[i] >= 0 else pos + 1
     out[pos] = 2 if has_partition[i] else 0
@@ -653,10 +657,10 @@ def _write_prediction(out, pos, i, header, sbuf, strs, longs, flags, doubles, ce
 
 
 @njit(cache=True, inline="always")
-def _union_double(out, pos, present, v, cell):
+def _union_double(out, pos, present, v):
     """A ["null", "double"] union: branch 0 (null) or branch 1 then v."""
     out[pos] = 2 if present else 0
-    return write_double(out, pos + 1, v, cell) if present else pos + 1
+    return write_double(out, pos + 1, v) if present else pos + 1
 
 
 @njit(cache=True)
@@ -673,9 +677,8 @@ def encode_predictions(header, sbuf, strs, longs, flags, doubles):
     for i in range(n):
         offsets[i + 1] = offsets[i] + _prediction_size(i, header, strs, longs, flags, doubles)
     out = np.empty(offsets[n], np.uint8)
-    cell = np.empty(1, np.float64)
     for i in range(n):
-        _write_prediction(out, offsets[i], i, header, sbuf, strs, longs, flags, doubles, cell)
+        _write_prediction(out, offsets[i], i, header, sbuf, strs, longs, flags, doubles)
     return out, offsets
 
 
@@ -709,7 +712,8 @@ def _write_line_id(out, pos, prefix, line):
     """The string ``prefix`` + ``line`` in decimal (as str(int) writes it)."""
     digits = _digits(line)
     pos = write_long(out, pos, prefix.shape[0] + digits)
-    out[pos:pos + prefix.shape[0]] = prefix
+    for i in range(prefix.shape[0]):  # a loop, not a slice copy: see write_double
+        out[pos + i] = prefix[i]
     pos += prefix.shape[0]
     for d in range(digits - 1, -1, -1):
         out[pos + d] = 48 + line % 10
@@ -735,7 +739,7 @@ def _event_size(i, header, prefix, lines, ts, model, width, indptr, indices, lab
 
 @njit(cache=True)
 def _write_event(out, pos, i, header, prefix, lines, ts, model, width, indptr, indices, values, value_bytes, y,
-                 labelled, weights, weighted, row, cell):
+                 labelled, weights, weighted, row):
     out[pos:pos + header.shape[0]] = header
     pos = write_long(out, _write_line_id(out, pos + header.shape[0], prefix, lines[i]), ts)
     pos = write_string(out, pos, model, 0, model.shape[0])
@@ -767,8 +771,8 @@ def _write_event(out, pos, i, header, prefix, lines, ts, model, width, indptr, i
             pos += 8 * (hi - lo)
         out[pos] = 0
         pos += 1
-    pos = _union_double(out, pos, labelled[i], y[i], cell)
-    return _union_double(out, pos, weighted[i], weights[i], cell)
+    pos = _union_double(out, pos, labelled[i], y[i])
+    return _union_double(out, pos, weighted[i], weights[i])
 
 
 @njit(cache=True, nogil=True)
@@ -789,18 +793,11 @@ def encode_file_events(header, prefix, lines, ts, model, width, indptr, indices,
                                                   labelled, weighted)
     out = np.empty(offsets[n], np.uint8)
     row = np.zeros(max(width, 0), np.float64)
-    cell = np.empty(1, np.float64)
     value_bytes = values.view(np.uint8)
     for i in range(n):
         _write_event(out, offsets[i], i, header, prefix, lines, ts, model, width, indptr, indices, values, value_bytes,
-                     y, labelled, weights, weighted, row, cell)
+                     y, labelled, weights, weighted, row)
     return out, offsets
-
-
-SHORT_ROW = 32
-"""Entries of a row up to which :func:`_first_names` compares each name's
-hash with those before it instead of sorting the row's hashes: no
-allocation, and fewer steps than a sort for rows this short."""
 
 
 @njit(cache=True)
@@ -809,18 +806,43 @@ def _first_names(indptr, hashes, names, name_ends, values):
     order they come (as a dict fills): (kept entries mask, values)."""
     keep = np.ones(values.shape[0], np.bool_)
     summed = values.copy()
+    longest = 0
     for r in range(indptr.shape[0] - 1):
-        lo, hi = indptr[r], indptr[r + 1]
-        if hi - lo <= SHORT_ROW:
-            for k in range(lo + 1, hi):
-                for j in range(lo, k):
-                    if keep[j] and hashes[j] == hashes[k] and _same_name(names, name_ends, j, k):
-                        summed[j] += summed[k]
-                        keep[k] = False
-                        break
-        else:
-            _first_names_sorted(lo, hi, hashes, names, name_ends, keep, summed)
+        longest = max(longest, indptr[r + 1] - indptr[r])
+    slots = np.empty(_table_size(longest), np.int64)  # one table for every row: no allocation per row
+    for r in range(indptr.shape[0] - 1):
+        _merge_row(indptr[r], indptr[r + 1], hashes, names, name_ends, keep, summed, slots)
     return keep, summed
+
+
+@njit(cache=True, inline="always")
+def _table_size(n):
+    """A power of two at least 2n (and 8): the table stays at most half full."""
+    size = 8
+    while size < 2 * n:
+        size *= 2
+    return size
+
+
+@njit(cache=True, inline="always")
+def _merge_row(lo, hi, hashes, names, name_ends, keep, summed, slots):
+    """Row lo:hi through an open-addressing table of the entries kept so
+    far (their first occurrences), keyed by hash: an entry whose name is
+    there is added to it and dropped. Linear in the row, as a dict is."""
+    mask = _table_size(hi - lo) - 1
+    slots[:mask + 1] = -1
+    for k in range(lo, hi):
+        s = hashes[k] & mask
+        while True:
+            j = slots[s]
+            if j < 0:
+                slots[s] = k
+                break
+            if hashes[j] == hashes[k] and _same_name(names, name_ends, j, k):
+                summed[j] += summed[k]
+                keep[k] = False
+                break
+            s = (s + 1) & mask  # another name here (or a collision of hashes): probe on
 
 
 @njit(cache=True, inline="always")
@@ -833,27 +855,6 @@ def _same_name(names, name_ends, j, k):
         if names[j0 + i] != names[k0 + i]:
             return False
     return True
-
-
-@njit(cache=True, inline="always")
-def _first_names_sorted(lo, hi, hashes, names, name_ends, keep, summed):
-    """:func:`_first_names` for the long row lo:hi: entries ordered by hash,
-    so each name is compared only with those of equal hash before it."""
-    order = np.argsort(hashes[lo:hi], kind="mergesort") + lo  # equal hashes stay in line order
-    a = 0
-    while a < hi - lo:
-        b = a + 1
-        while b < hi - lo and hashes[order[b]] == hashes[order[a]]:
-            b += 1
-        for x in range(a + 1, b):  # a run of equal hashes: the same name, or (rarely) a collision
-            k = order[x]
-            for y in range(a, x):
-                j = order[y]
-                if keep[j] and _same_name(names, name_ends, j, k):
-                    summed[j] += summed[k]
-                    keep[k] = False
-                    break
-        a = b
 
 
 @njit(cache=True)
@@ -884,10 +885,24 @@ def encode_named_events(header, prefix, lines, ts, model, block, tag_spans, indp
     (buffer, offsets) as :func:`encode_file_events`."""
     n = lines.shape[0]
     keep, summed = _first_names(indptr, hashes, names, name_ends, values)
-    none = np.empty(0, np.uint8)
     offsets = np.zeros(n + 1, np.int64)
     counts = np.zeros(n, np.int64)  # map entries of each row
-    for r in range(n):
+    _named_sizes(header, prefix, lines, ts, model, block, tag_spans, indptr, name_ends, labelled, weighted, skip,
+                 keep, np.empty(0, np.uint8), offsets, counts)
+    out = np.empty(offsets[n], np.uint8)
+    _write_named(header, prefix, lines, ts, model, block, tag_spans, indptr, names, name_ends, y, labelled,
+                 weights, weighted, skip, keep, summed, offsets, counts, out)
+    return out, offsets
+
+
+# The two passes allocate nothing, so they run without numba's reference
+# counting: with it, every call of a helper that takes arrays (the id, the
+# writes) counted a reference per array, 6 % of encoding a VW text file.
+@njit(cache=True, nogil=True, _nrt=False)
+def _named_sizes(header, prefix, lines, ts, model, block, tag_spans, indptr, name_ends, labelled, weighted, skip,
+                 keep, none, offsets, counts):
+    """offsets[r + 1] = offsets[r] + row r's record size; counts[r] its map entries."""
+    for r in range(lines.shape[0]):
         size = 0
         if not skip[r]:
             size = header.shape[0] + _named_id(r, prefix, lines, block, tag_spans, none, 0) + long_size(ts)
@@ -901,13 +916,18 @@ def encode_named_events(header, prefix, lines, ts, model, block, tag_spans, indp
                 size += long_size(counts[r])
             size += 1 + 8 * labelled[r] + 1 + 8 * weighted[r]
         offsets[r + 1] = offsets[r] + size
-    out = np.empty(offsets[n], np.uint8)
-    cell = np.empty(1, np.float64)
-    for r in range(n):
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _write_named(header, prefix, lines, ts, model, block, tag_spans, indptr, names, name_ends, y, labelled, weights,
+                 weighted, skip, keep, summed, offsets, counts, out):
+    """Each row's record at out[offsets[r]:offsets[r + 1]]."""
+    for r in range(lines.shape[0]):
         if skip[r]:
             continue
         pos = offsets[r]
-        out[pos:pos + header.shape[0]] = header
+        for i in range(header.shape[0]):
+            out[pos + i] = header[i]
         pos = _named_id(r, prefix, lines, block, tag_spans, out, pos + header.shape[0])
         pos = write_long(out, pos, ts)
         pos = write_string(out, pos, model, 0, model.shape[0])
@@ -918,11 +938,10 @@ def encode_named_events(header, prefix, lines, ts, model, block, tag_spans, indp
             for k in range(indptr[r], indptr[r + 1]):
                 if keep[k]:
                     pos = write_string(out, pos, names, name_ends[k - 1] if k else 0, name_ends[k])
-                    pos = write_double(out, pos, summed[k], cell)
+                    pos = write_double(out, pos, summed[k])
         out[pos] = 0
-        pos = _union_double(out, pos + 1, labelled[r], y[r], cell)
-        _union_double(out, pos, weighted[r], weights[r], cell)
-    return out, offsets
+        pos = _union_double(out, pos + 1, labelled[r], y[r])
+        _union_double(out, pos, weighted[r], weights[r])
 
 
 # ---------------------------------------------------------------- scinol.FeedbackBatch, read
@@ -994,11 +1013,11 @@ def _write_booleans(out, pos, col):
 
 
 @njit(cache=True, inline="always")
-def _write_doubles(out, pos, col, cell):
+def _write_doubles(out, pos, col):
     if col.shape[0]:
         pos = write_long(out, pos, col.shape[0])
         for v in col:
-            pos = write_double(out, pos, v, cell)
+            pos = write_double(out, pos, v)
     out[pos] = 0
     return pos + 1
 
@@ -1024,7 +1043,6 @@ def encode_feedback_batch(header, sbuf, ends, n, columns, width, g, scalars):
     m = ends.shape[0] - 2 - n
     out = np.empty(header.shape[0] + sbuf.shape[0] + 10 * (ends.shape[0] + 5 * n + 16)
                    + 8 * (g.shape[0] + scalars.shape[0]), np.uint8)
-    cell = np.empty(1, np.float64)
     out[:header.shape[0]] = header
     pos = write_string(out, header.shape[0], sbuf, 0, ends[0])
     pos = write_string(out, pos, sbuf, ends[0], ends[1])
@@ -1034,8 +1052,8 @@ def encode_feedback_batch(header, sbuf, ends, n, columns, width, g, scalars):
     pos = _write_longs(out, pos, columns[2])
     pos = _write_booleans(out, pos, columns[3])
     pos = write_long(out, pos, width)
-    pos = _write_doubles(out, pos, g, cell)
+    pos = _write_doubles(out, pos, g)
     pos = _write_strings(out, pos, sbuf, ends, 2 + n, 2 + n + m)
-    pos = _write_doubles(out, pos, scalars, cell)
+    pos = _write_doubles(out, pos, scalars)
     pos = _write_booleans(out, pos, columns[4])
     return out[:pos]
