@@ -31,28 +31,38 @@ def open_binary(path: str):
 
 
 def byte_blocks(path: str, size: int | None = None) -> Iterator[np.ndarray]:
-    """Blocks of whole lines (about ``size`` bytes, default BLOCK_BYTES); I/O
-    and gzip errors surface as they happen."""
+    """Blocks of whole lines (about ``size`` bytes, default BLOCK_BYTES),
+    read-only; I/O and gzip errors surface as they happen."""
     size = size or BLOCK_BYTES
     with open_binary(path) as f:
-        carry = f.read(size)
-        if carry.startswith(_BOM):
-            carry = carry[len(_BOM):]
+        carry = f.read(len(_BOM))
+        if carry == _BOM:
+            carry = b""
         while True:
-            chunk = f.read(size)
-            if not chunk:
+            # Read into a fresh buffer behind the last block's partial line and hand out a view up to
+            # the last line break: one copy of each byte (the read), where joining and slicing bytes made three.
+            buf = bytearray(len(carry) + size)
+            buf[:len(carry)] = carry
+            end = len(carry) + f.readinto(memoryview(buf)[len(carry):])
+            if end == len(carry):
                 break
-            data = carry + chunk
-            cut = max(data.rfind(b"\n"), data.rfind(b"\r", 0, len(data) - 1)) + 1
+            cut = max(buf.rfind(b"\n", 0, end), buf.rfind(b"\r", 0, end - 1)) + 1  # a CR at the end may precede LF
             if cut == 0:  # one line longer than the block: read on
-                carry = data
+                carry = bytes(buf[:end])
                 continue
-            carry = data[cut:]
-            yield np.frombuffer(data[:cut], dtype=np.uint8)
+            yield _read_only(np.frombuffer(buf, np.uint8, count=cut))
+            carry = bytes(buf[cut:end])
         if carry:
             if not carry.endswith((b"\n", b"\r")):
                 carry += b"\n"
             yield np.frombuffer(carry, dtype=np.uint8)
+
+
+def _read_only(block: np.ndarray) -> np.ndarray:
+    """As the blocks over bytes are: the compiled parsers' exports are typed
+    for read-only blocks (:func:`learners.jit.args_key`)."""
+    block.flags.writeable = False
+    return block
 
 
 @njit(cache=True)

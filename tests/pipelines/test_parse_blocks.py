@@ -51,8 +51,32 @@ def test_a_blocks_error_comes_after_everything_before_it(tmp_path, monkeypatch):
         return _lines_of(block, first)
 
     seen = []
-    with pytest.raises(ValueError, match="bad block at line 1"):
+    with pytest.raises(ValueError, match="bad block at line") as caught:
         for item in blocks.parse_blocks(str(path), parse, threads=2):
             seen.append(item)
-    assert [n for n, _ in seen] == list(range(1, len(seen) + 1))
-    assert 95 <= len(seen) <= 100
+    first_bad = int(str(caught.value).rsplit(" ", 1)[1])
+    assert first_bad > 100
+    assert [n for n, _ in seen] == list(range(1, first_bad))  # every line before the bad block, none of it
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_byte_blocks_are_the_file_cut_at_line_breaks(tmp_path, seed):
+    """Any block size, lines longer than a block, CR LF across a read's end,
+    a byte order mark, no break at the end, gzip: the blocks joined are the
+    file (without the mark, with a final break), each ends at a break that
+    is not the CR of a CR LF, and none can be written to."""
+    import gzip
+
+    rng = random.Random(seed)
+    text = "".join("y" * rng.choice([0, 1, 5, 40]) + rng.choice(["\n", "\r\n", "\r"]) for _ in range(300))
+    if seed % 3 == 0:
+        text += "last line without a break"
+    data = ("\ufeff" if seed % 2 else "").encode() + text.encode()
+    path = tmp_path / ("t.txt.gz" if seed % 4 == 1 else "t.txt")
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    got = list(blocks.byte_blocks(str(path), size=rng.choice([1, 2, 7, 64, 1000])))
+    joined = b"".join(bytes(b) for b in got)
+    assert joined == text.encode() + (b"\n" if seed % 3 == 0 else b"")
+    assert all(bytes(b).endswith((b"\n", b"\r")) for b in got)
+    assert not any(bytes(a).endswith(b"\r") and bytes(b).startswith(b"\n") for a, b in zip(got, got[1:]))
+    assert not any(b.flags.writeable for b in got)
