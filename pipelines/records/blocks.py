@@ -77,17 +77,56 @@ def line_end(buf, pos):
     return i, min(i + 1, n)
 
 
+ONES = np.uint64(0x0101010101010101)
+HIGHS = np.uint64(0x8080808080808080)
+LF8, CR8, QUOTE8 = ONES * np.uint64(10), ONES * np.uint64(13), ONES * np.uint64(34)
+"""A byte repeated in each of a word's eight, for :func:`has_byte` and :func:`count_byte`."""
+
+
+@njit(cache=True, inline="always")
+def has_byte(word, pattern):
+    """Whether any byte of the uint64 word equals pattern's (the classic
+    test for a zero byte in word ^ pattern; never a false alarm)."""
+    x = word ^ pattern
+    return ((x - ONES) & ~x & HIGHS) != np.uint64(0)
+
+
+@njit(cache=True, inline="always")
+def count_byte(word, pattern):
+    """How many bytes of the uint64 word equal pattern's."""
+    x = word ^ pattern
+    low7 = ~HIGHS
+    zero = ~(((x & low7) + low7) | x | low7)  # the high bit of each zero byte of x, exactly
+    return np.int64(((zero >> np.uint64(7)) * ONES) >> np.uint64(56))
+
+
 @njit(cache=True, nogil=True)
 def count_lines(buf):
-    """Line breaks in buf, as :func:`line_end` finds them (``\\r\\n`` is one)."""
+    """Line breaks in buf, as :func:`line_end` finds them (``\\r\\n`` is one).
+    Eight bytes at a time: a word without CR holds only LF breaks; a word
+    with one is counted a byte at a time (it may end a CR LF pair)."""
     n = buf.shape[0]
     if n == 0:
         return 0
+    n_words = (n - 1) // 8  # whole words before the last byte, whose break is counted apart
+    words = buf[:8 * n_words].view(np.uint64)
     count = 0
-    for i in range(n - 1):  # branch-free: 2.4x faster than an if per byte
+    for w in range(n_words):
+        if has_byte(words[w], CR8):
+            count += _count_breaks(buf, 8 * w, 8 * w + 8)
+        else:
+            count += count_byte(words[w], LF8)
+    return count + _count_breaks(buf, 8 * n_words, n - 1) + ((buf[n - 1] == 10) | (buf[n - 1] == 13))
+
+
+@njit(cache=True, inline="always")
+def _count_breaks(buf, start, end):
+    """Breaks starting at buf[start:end] (end < len(buf): a CR looks at the next byte)."""
+    count = 0
+    for i in range(start, end):  # branch-free: 2.4x faster than an if per byte
         c = buf[i]
         count += (c == 10) | ((c == 13) & (buf[i + 1] != 10))
-    return count + ((buf[n - 1] == 10) | (buf[n - 1] == 13))
+    return count
 
 
 def parse_blocks(path: str, parse_block: Callable[[np.ndarray, int], Iterable[T]],

@@ -24,7 +24,7 @@ import numpy as np
 
 from learners.jit import njit
 
-from .blocks import open_binary
+from .blocks import CR8, LF8, QUOTE8, has_byte, open_binary
 
 _BOM = b"\xef\xbb\xbf"
 ARROW_BLOCK_BYTES = 1 << 20
@@ -40,9 +40,33 @@ class Fallback(Exception):
 def _count_lines(buf, line, has_content, after_cr, out, n_out):
     """Walk buf: the number of each non-empty line that ends here goes to out.
     State across reads: the current line number, whether it has content yet,
-    whether the last byte was a CR (so a following LF ends nothing)."""
+    whether the last byte was a CR (so a following LF ends nothing).
+
+    Eight bytes at a time: a word without LF, CR or quote is all content,
+    and only the other words (about one in 30 on CSV rows of numbers) are
+    walked a byte at a time."""
+    n_words = buf.shape[0] // 8
+    words = buf[:8 * n_words].view(np.uint64)
     quote = False
-    for c in buf:
+    for w in range(n_words):
+        word = words[w]
+        if not (has_byte(word, LF8) or has_byte(word, CR8) or has_byte(word, QUOTE8)):
+            has_content, after_cr = True, False
+            continue
+        line, has_content, after_cr, n_out, q = _count_bytes(buf, 8 * w, 8 * w + 8, line, has_content, after_cr,
+                                                             out, n_out)
+        quote = quote or q
+    line, has_content, after_cr, n_out, q = _count_bytes(buf, 8 * n_words, buf.shape[0], line, has_content,
+                                                         after_cr, out, n_out)
+    return line, has_content, after_cr, n_out, quote or q
+
+
+@njit(cache=True, inline="always")
+def _count_bytes(buf, start, end, line, has_content, after_cr, out, n_out):
+    """:func:`_count_lines` over buf[start:end], a byte at a time."""
+    quote = False
+    for i in range(start, end):
+        c = buf[i]
         if c == 10 or c == 13:
             if not (c == 10 and after_cr):
                 if has_content:

@@ -107,3 +107,44 @@ def test_arrow_has_let_go_of_the_file_when_arrow_rows_ends(tmp_path, monkeypatch
     rows.close()
     gc.collect()
     assert files[0]() is None  # nothing holds the file: Arrow let go of it before arrow_rows returned
+
+
+def _count_lines_slowly(data: bytes, line: int, has_content: bool, after_cr: bool):
+    """The line counter's contract, a byte at a time in Python."""
+    ended, quote = [], False
+    for c in data:
+        if c in (10, 13):
+            if not (c == 10 and after_cr):
+                if has_content:
+                    ended.append(line)
+                line += 1
+                has_content = False
+            after_cr = c == 13
+        else:
+            after_cr, has_content = False, True
+            quote = quote or c == 34
+    return line, has_content, after_cr, ended, quote
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_line_counter_agrees_with_a_byte_at_a_time_walk_across_reads(seed):
+    """Words of eight bytes with and without breaks, CR LF split between
+    reads and between words, empty lines, quotes, odd read lengths."""
+    from pipelines.records.csv_arrow import _count_lines
+
+    rng = np.random.default_rng(seed)
+    weights = np.array([7.0] * 10 + [5.0] * 4 + [3.0, 3.0, 0.1 * (seed % 2), 5.0])  # digits .,e- LF CR quote space
+    text = rng.choice(np.frombuffer(b'1234567890.,e-\n\r" ', np.uint8), size=5000, p=weights / weights.sum())
+    state, slow, got = (1, False, False), (1, False, False), []
+    out = np.zeros(len(text) + 1, np.int64)
+    pos = 0
+    while pos < len(text):
+        n = int(rng.integers(0, 40))
+        chunk = text[pos:pos + n]
+        pos += n
+        line, has_content, after_cr, n_out, quote = _count_lines(chunk, *state, out, 0)
+        state = (line, has_content, after_cr)
+        got.append((list(out[:n_out]), bool(quote)))
+        s_line, s_content, s_cr, ended, s_quote = _count_lines_slowly(bytes(chunk), *slow)
+        slow = (s_line, s_content, s_cr)
+        assert (state, got[-1]) == ((s_line, s_content, s_cr), (ended, s_quote))
