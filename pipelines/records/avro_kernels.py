@@ -847,14 +847,7 @@ def _merge_row(lo, hi, hashes, names, name_ends, keep, summed, slots):
 
 @njit(cache=True, inline="always")
 def _same_name(names, name_ends, j, k):
-    j0, j1 = name_ends[j - 1] if j else 0, name_ends[j]
-    k0, k1 = name_ends[k - 1] if k else 0, name_ends[k]
-    if j1 - j0 != k1 - k0:
-        return False
-    for i in range(j1 - j0):
-        if names[j0 + i] != names[k0 + i]:
-            return False
-    return True
+    return _same_bytes(names, name_ends[j - 1] if j else 0, name_ends[j], name_ends[k - 1] if k else 0, name_ends[k])
 
 
 @njit(cache=True)
