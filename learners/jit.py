@@ -27,7 +27,6 @@ import numpy as np
 
 _LOCK = threading.RLock()
 _KERNELS: list["Kernel"] = []
-_INTRINSICS: list["Intrinsic"] = []
 _CACHE_CHECKS: list[tuple[str, "Kernel"]] = []
 _STATE = {"numba": None, "exports": None}  # numba.njit once materialized; the loaded exports, {} when none
 
@@ -136,7 +135,6 @@ class Intrinsic:
 
     def __init__(self, build, python):
         self.build, self.python, self._compiled = build, python, None
-        _INTRINSICS.append(self)
 
     def compiled(self):
         with _LOCK:
