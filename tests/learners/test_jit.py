@@ -128,8 +128,16 @@ def test_prefetch_row_compiles_for_any_array_and_changes_nothing_even_past_the_e
     assert not isinstance(globals()["prefetch_row"], jit.Intrinsic)  # materialized: numba's intrinsic
 
 
-def test_prefetch_row_called_from_python_does_nothing():
-    assert jit.Intrinsic(lambda: None, lambda array, j: None)(np.zeros(3), 5) is None
+def test_prefetch_row_called_from_python_does_nothing_and_imports_no_numba():
+    got = _python("""
+        import json, sys
+        import numpy as np
+        from learners import jit
+        array = np.arange(3.0)
+        print(json.dumps({"result": jit.prefetch_row(array, 5), "array": array.tolist(),
+                          "numba": "numba" in sys.modules}))
+    """)
+    assert got == {"result": None, "array": [0.0, 1.0, 2.0], "numba": False}
 
 
 @pytest.mark.parametrize("bad", [["text"], [1.0]])
