@@ -26,10 +26,10 @@ from learners.datasets import toy_examples
 from pipelines.config import RunConfig
 from pipelines.kafka.apache_broker import ApacheKafkaBroker
 from pipelines.launch import run
-from pipelines.provision.flink import DEFAULT_FLINK_VERSION, provision_flink_job_server
+from pipelines.provision.flink import provision_flink_job_server
 from pipelines.records.events import dense_events
 from pipelines.records.topics import produce_events
-from pipelines.runners.options import flink_default_latency_args
+from pipelines.runners.options import flink_default_latency_args, job_server_args
 
 
 def variants(work: Path) -> dict[str, list[str]]:
@@ -61,8 +61,8 @@ def one_run(bootstrap: str, jar: str, flags: list[str], n: int, staleness: int, 
     produce_events(bootstrap, topic, list(dense_events(X, y, "e-")), partitions=1, progress=False)
     cfg = RunConfig(bootstrap=bootstrap, topic=topic, predictions_topic=topic + ".pred", bounded=True,
                     checkpoint_dir=str(work / topic), progress_seconds=None, shards=2, max_staleness=staleness,
-                    beam_args=["--runner=FlinkRunner", "--flink_master=[local]", f"--flink_job_server_jar={jar}",
-                               f"--flink_version={DEFAULT_FLINK_VERSION}", "--environment_type=LOOPBACK", *flags])
+                    beam_args=["--runner=FlinkRunner", "--flink_master=[local]", *job_server_args(jar),
+                               "--environment_type=LOOPBACK", *flags])
     started = time.time()
     run(cfg)
     wall = time.time() - started

@@ -125,8 +125,7 @@ def flink_args(opts: RunnerOptions, job_server_jar=None) -> list[str]:
 
     jar = job_server_jar or provision_flink_job_server(DEFAULT_FLINK_VERSION)
     interval = opts.checkpointing_interval or DEFAULT_CHECKPOINTING_INTERVAL_MS
-    args = ["--runner=FlinkRunner", f"--flink_master={opts.flink_master or LOCAL}",
-            f"--flink_version={DEFAULT_FLINK_VERSION}", f"--flink_job_server_jar={jar}",
+    args = ["--runner=FlinkRunner", f"--flink_master={opts.flink_master or LOCAL}", *job_server_args(jar),
             *environment_args(opts.worker_pool)]
     args.append("--streaming")  # batch mode reorders a partition's events on their way to the model
     if not opts.bounded:
@@ -138,6 +137,16 @@ def flink_args(opts: RunnerOptions, job_server_jar=None) -> list[str]:
     if opts.parallelism is not None:
         args.append(f"--parallelism={opts.parallelism}")
     return args
+
+
+def job_server_args(jar) -> list[str]:
+    """Beam's Flink job server: the provisioned jar, its Flink version, and
+    a ``java`` that dies with this process (:mod:`pipelines.runners.java_launcher`)."""
+    from pipelines.provision.flink import DEFAULT_FLINK_VERSION
+    from pipelines.runners.java_launcher import java_launcher
+
+    return [f"--flink_version={DEFAULT_FLINK_VERSION}", f"--flink_job_server_jar={jar}",
+            f"--job_server_java_launcher={java_launcher()}"]
 
 
 def environment_args(worker_pool: str | None) -> list[str]:

@@ -150,7 +150,8 @@ def test_flink_manifests():
     # the Beam flags `scinol run --runner flink` passes here, but for where the job server and workers are
     here = flink_args(RunnerOptions("flink", flink_master="scinol-flink-rest:8081", parallelism=2,
                                     checkpointing_interval=60000), job_server_jar="x.jar")
-    where = ("--runner", "--flink_master", "--flink_version", "--flink_job_server_jar", "--environment_type")
+    where = ("--runner", "--flink_master", "--flink_version", "--flink_job_server_jar", "--job_server_java_launcher",
+             "--environment_type")
     assert {a for a in here if a.split("=")[0] not in where} <= set(ns.beam_args)
     job_port = int(beam["job_endpoint"].rsplit(":", 1)[1])
     assert f"--job-port={job_port}" in server["args"] and "--flink-master=scinol-flink-rest:8081" in server["args"]

@@ -91,6 +91,43 @@ def test_an_unbounded_flink_run_checkpoints_a_large_model_without_restarts_and_s
     assert not os.path.exists(f"/proc/{servers[0]}")  # the job server JVM stopped with the run
 
 
+def test_a_run_killed_with_sigkill_takes_its_flink_job_server_with_it(
+        tansu_bootstrap, topic_name, tmp_path, flink_job_server_jar):
+    """SIGKILL runs no exit handler, so Beam's never stops the job-server JVM
+    (which holds the embedded Flink and its job): it got SIGTERM from Linux
+    when its parent died (pipelines/runners/java_launcher.py)."""
+    _, _, events = toy_stream(20)
+    produce_events(tansu_bootstrap, topic_name, events, partitions=1, progress=False)
+    predictions = topic_name + ".pred"
+    with open(tmp_path / "stderr", "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", tansu_bootstrap, "--topic", topic_name,
+             "--predictions-topic", predictions, "--checkpoint-dir", str(tmp_path / "ckpt"), "--runner", "flink"],
+            stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not (topic_exists(tansu_bootstrap, predictions)
+                   and len(read_topic(tansu_bootstrap, predictions, timeout=5)) == len(events)):
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr").read_text()[-3000:]
+            time.sleep(2)
+        (server,) = [pid for pid, cmd in children(proc.pid).items() if "job-server.jar" in cmd]
+        assert open(f"/proc/{server}/cmdline", "rb").read().split(b"\0")[0] == b"java"  # the launcher became java
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 60
+    while os.path.exists(f"/proc/{server}") and _state(server) != "Z" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not os.path.exists(f"/proc/{server}") or _state(server) == "Z", "the job server outlived its run"
+
+
+def _state(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
 def topic_exists(bootstrap: str, topic: str) -> bool:
     from confluent_kafka.admin import AdminClient
 

@@ -17,8 +17,8 @@ import pytest
 
 from learners import make_learner
 from pipelines.launch import run, start
-from pipelines.provision.flink import DEFAULT_FLINK_VERSION
 from pipelines.records.topics import produce_events
+from pipelines.runners.options import job_server_args
 from pipelines.state.checkpoints import CheckpointStore
 from pipelines.state.cuts import CutStore
 from tests.support.runs import config, toy_stream
@@ -39,8 +39,8 @@ def apache_kafka():
 
 
 def flink_args(jar, master: str, *more: str) -> list[str]:
-    return ["--runner=FlinkRunner", f"--flink_master={master}", f"--flink_job_server_jar={jar}",
-            f"--flink_version={DEFAULT_FLINK_VERSION}", "--environment_type=LOOPBACK", *more]
+    return ["--runner=FlinkRunner", f"--flink_master={master}", *job_server_args(jar), "--environment_type=LOOPBACK",
+            *more]
 
 
 def straight(X, y):

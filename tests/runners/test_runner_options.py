@@ -14,6 +14,13 @@ from pipelines.runners.options import RunnerOptions, beam_args, check
 JAR = "/cache/job-server.jar"
 
 
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    """The java launcher the Flink flags name is written here, not into the user's cache."""
+    monkeypatch.setenv("SCINOL_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
 def flink(*extra, **opts):
     return beam_args(RunnerOptions("flink", **opts), list(extra), job_server_jar=JAR)
 
@@ -24,10 +31,12 @@ def test_direct_adds_nothing_and_keeps_the_users_flags():
         ["--runner=PortableRunner", "--job_endpoint=x:1"]
 
 
-def test_unbounded_flink_streams_with_checkpoints_and_a_restart_strategy():
+def test_unbounded_flink_streams_with_checkpoints_and_a_restart_strategy(cache):
     args = flink(flink_master="localhost:8081", parallelism=2, checkpointing_interval=2000)
+    (launcher,) = (cache / "flink-job-server").glob("java-bound-to-parent-*")
     assert args == ["--runner=FlinkRunner", "--flink_master=localhost:8081", f"--flink_version={DEFAULT_FLINK_VERSION}",
-                    f"--flink_job_server_jar={JAR}", "--environment_type=LOOPBACK", "--streaming",
+                    f"--flink_job_server_jar={JAR}", f"--job_server_java_launcher={launcher}",
+                    "--environment_type=LOOPBACK", "--streaming",
                     "--checkpointing_interval=2000", "--finish_bundle_before_checkpointing",
                     "--number_of_execution_retries=30", "--execution_retry_delay=3000", "--parallelism=2"]
     options = PipelineOptions(args)
