@@ -13,6 +13,7 @@ import time
 import pytest
 
 from pipelines.records.topics import produce_events
+from tests.runners.test_java_launcher import alive
 from tests.support.runs import assert_predicted_as_one_process, bounded_cli_run, toy_stream
 from tests.support.trialkit import read_topic
 
@@ -116,16 +117,9 @@ def test_a_run_killed_with_sigkill_takes_its_flink_job_server_with_it(
         proc.kill()
         proc.wait()
     deadline = time.monotonic() + 60
-    while os.path.exists(f"/proc/{server}") and _state(server) != "Z" and time.monotonic() < deadline:
+    while alive(server) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not os.path.exists(f"/proc/{server}") or _state(server) == "Z", "the job server outlived its run"
-
-
-def _state(pid: int) -> str:
-    try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"
+    assert not alive(server), "the job server outlived its run"
 
 
 def topic_exists(bootstrap: str, topic: str) -> bool:

@@ -45,17 +45,18 @@ def test_the_jvm_gets_sigterm_when_its_parent_is_killed(launcher, tmp_path):
             assert time.monotonic() < deadline, "the launcher did not become java"
             time.sleep(0.1)
         time.sleep(1)
-        assert _alive(jvm)
+        assert alive(jvm)
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
     deadline = time.monotonic() + 30
-    while _alive(jvm) and time.monotonic() < deadline:
+    while alive(jvm) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(jvm), "the JVM outlived the process that started it"
+    assert not alive(jvm), "the JVM outlived the process that started it"
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
     try:
         state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
     except OSError:
