@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import sys
 import tempfile
 from pathlib import Path
 
-_SCRIPT = '''#!{python} -IS
-# java, killed (SIGTERM) when the process that started it dies: written by
-# pipelines/runners/java_launcher.py for Beam's --job_server_java_launcher.
+_CODE = """
 import ctypes, os, sys
-
 parent = os.getppid()
 try:
     ctypes.CDLL(None, use_errno=True).prctl(1, 15, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGTERM
@@ -39,9 +37,16 @@ if os.getppid() != parent:
 try:
     os.execvp("java", ["java", *sys.argv[1:]])
 except OSError as exc:
-    print(f"{{sys.argv[0]}}: cannot run java: {{exc.strerror}}", file=sys.stderr)
-    sys.exit(127)
-'''
+    sys.exit(f"scinol java launcher: cannot run java: {exc.strerror}")
+"""
+
+# A shell script that runs this Python on the code above: a "#!" line to
+# the interpreter itself would break on a path with a space in it.
+_SCRIPT = """#!/bin/sh
+# java, sent SIGTERM when the process that started it dies: written by
+# pipelines/runners/java_launcher.py for Beam's --job_server_java_launcher.
+exec {python} -I -S -c {code} "$@"
+"""
 
 
 def java_launcher() -> Path:
@@ -50,7 +55,7 @@ def java_launcher() -> Path:
     overwrite each other's)."""
     from pipelines.provision.cache import cache_root
 
-    text = _SCRIPT.format(python=sys.executable)
+    text = _SCRIPT.format(python=shlex.quote(sys.executable), code=shlex.quote(_CODE))
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     path = cache_root() / "flink-job-server" / f"java-bound-to-parent-{digest}"
     if not path.is_file():
