@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -36,9 +37,11 @@ def input_limits(args) -> dict:
     return limits
 
 
-def runner_beam_args(args) -> list[str]:
+def runner_beam_args(args, provision: bool = True) -> list[str]:
     """--runner and its options as Beam flags, before the pass-through ones
-    (provisions the Flink job server or Prism if not yet in the cache)."""
+    (provisions the Flink job server or Prism if not yet in the cache; with
+    ``provision`` False they are named but not fetched: flags to check the
+    run's settings with before a download or a build)."""
     from pipelines.provision.cache import ProvisionError
     from pipelines.runners.options import RunnerOptions, beam_args
 
@@ -46,8 +49,9 @@ def runner_beam_args(args) -> list[str]:
     state_dir = os.path.join(args.checkpoint_dir, "flink-state") if local else None  # an embedded Flink's
     opts = RunnerOptions(args.runner, args.flink_master, args.parallelism, args.checkpointing_interval, args.bounded,
                          args.worker_pool, state_dir)
+    parts = {} if provision else {"job_server_jar": "(not provisioned)", "prism_binary": "(not provisioned)"}
     try:
-        return beam_args(opts, list(args.beam_args))
+        return beam_args(opts, list(args.beam_args), **parts)
     except (ValueError, ProvisionError) as exc:
         raise UsageError(f"run: {exc}") from None
 
@@ -63,7 +67,6 @@ def run(args) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     registry, topics = registry_settings(args), topic_settings(args)
-    beam_args = runner_beam_args(args)
     cfg = RunConfig(
         bootstrap=args.bootstrap, topic=args.topic, predictions_topic=args.predictions_topic, learner=learner,
         bounded=args.bounded, checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
@@ -74,7 +77,7 @@ def run(args) -> int:
         subject_name_strategy=args.subject_name_strategy, auto_register=args.auto_register,
         topic_partitions=args.partitions or 1, replication_factor=topics["replication"],
         topic_config=topics["config"], max_dead_letter_ratio=args.max_dead_letter_ratio,
-        max_batch=args.max_batch, stop_after=args.stop_after, beam_args=beam_args,
+        max_batch=args.max_batch, stop_after=args.stop_after, beam_args=runner_beam_args(args, provision=False),
         shards=args.shards, max_staleness=args.max_staleness, feedback_topic=args.feedback_topic,
         feedback_timeout=args.feedback_timeout, from_scratch=args.from_scratch, labels_topic=args.labels_topic,
         label_ttl=args.label_ttl, max_pending=args.max_pending, exactly_once=args.exactly_once,
@@ -90,6 +93,7 @@ def run(args) -> int:
             check_shardable(cfg)
         except ValueError as exc:
             raise UsageError(f"run: {exc}") from None
+    cfg = dataclasses.replace(cfg, beam_args=runner_beam_args(args))  # settings checked: now fetch or build
     mode = f"{cfg.shards} shards, max staleness {cfg.max_staleness}" if cfg.shards else "exact"
     print(f"scinol run: {cfg.topic} -> {cfg.predictions_topic} ({learner.learner}, {learner.loss}, {mode}, "
           f"{'bounded' if cfg.bounded else 'unbounded'}) on {cfg.bootstrap}, runner {args.runner}"

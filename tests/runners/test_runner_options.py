@@ -14,9 +14,9 @@ from pipelines.runners.options import RunnerOptions, beam_args, check
 JAR = "/cache/job-server.jar"
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def cache(tmp_path, monkeypatch):
-    """The java launcher the Flink flags name is written here, not into the user's cache."""
+    """An empty download cache (the java launcher the Flink flags name is written there)."""
     monkeypatch.setenv("SCINOL_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
 
@@ -157,15 +157,17 @@ def test_a_bounded_run_never_uses_flinks_batch_mode_even_with_beam_flags_alone(t
     assert not options.view_as(StandardOptions).streaming
 
 
-def test_sharded_mode_on_prism_is_refused_in_one_line(tmp_path, capsys):
+def test_sharded_mode_on_prism_is_refused_in_one_line_before_prism_is_built(cache, capsys):
     """Measured: on Prism sharded mode's feedback loop stalls (1 prediction
-    for 40 events); the run is refused before it starts."""
+    for 40 events); the run is refused before it starts, and before an
+    empty cache gets Prism (a Go build of minutes)."""
     from pipelines.cli.main import main
 
     code = main(["run", "--bootstrap", "127.0.0.1:1", "--topic", "t", "--predictions-topic", "t.pred", "--bounded",
                  "--shards", "2", "--runner", "prism"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "--shards does not run on Prism" in err, err
+    assert not (cache / "prism").exists()
 
 
 @pytest.mark.parametrize("flags,restores", [
