@@ -20,7 +20,7 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.transforms.window import GlobalWindow
 
-from pipelines.runners.options import job_server_args
+from tests.runners.test_flink_scinol import flink_args
 
 pytestmark = pytest.mark.flink
 
@@ -91,10 +91,6 @@ def run_and_read(beam_args: list[str], out_dir) -> dict[str, tuple[int, int]]:
 
 
 EXPECTED = {key: (n, n * (n - 1) // 2) for key, n in COUNTS.items()}
-
-
-def flink_args(jar, master: str) -> list[str]:
-    return ["--runner=FlinkRunner", f"--flink_master={master}", *job_server_args(jar), "--environment_type=LOOPBACK"]
 
 
 def test_embedded_flink_runs_sdf_and_stateful_dofn(flink_job_server_jar, tmp_path):

@@ -24,7 +24,9 @@ def launcher(tmp_path, monkeypatch):
 
 
 def test_it_is_written_once_executable_and_runs_java_with_the_arguments_given(launcher):
+    written = launcher.stat().st_mtime_ns
     assert os.access(launcher, os.X_OK) and java_launcher() == launcher
+    assert launcher.stat().st_mtime_ns == written  # the second call found it and wrote nothing
     done = subprocess.run([str(launcher), "-version"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "version" in done.stderr
     bad = subprocess.run([str(launcher), "-no-such-flag"], capture_output=True, text=True, timeout=60)
