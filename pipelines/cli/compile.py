@@ -14,12 +14,14 @@ from . import learn
 from .errors import UsageError
 
 # Small files of every format `scinol learn` reads, each row shape it
-# handles: dense and sparse, weights, VW namespaces and tags.
+# handles: dense and sparse, weights, VW namespaces and tags, and a line
+# with non-ASCII text, which the compiled parsers hand to Python (as they
+# do a malformed one: so reporting a bad line needs no numba either).
 _FILES = {
     "dense.csv": "y,a,b,c\n1,0.5,-2,3\n-1,1.5,0,-3\n1,2,1,0.25\n",
     "weighted.csv": "y,w,a,b\n1,2,0.5,-2\n-1,0.5,1.5,0\n",
-    "rows.libsvm": "1 1:0.5 3:-2\n-1 2:1.5 40:3\n1:2 1:1 2:2 3:3\n",
-    "rows.vw": "1 |a x:0.5 y |b z:-2\n-1 2 'tag |a x:1.5 |b w\n1 |a y:1 z:2\n",
+    "rows.libsvm": "1 1:0.5 3:-2\n-1 2:1.5 40:3\n1:2 1:1 2:2 3:3\n-1 2:1 # café\n",
+    "rows.vw": "1 |a x:0.5 y |b z:-2\n-1 2 'tag |a x:1.5 |b w\n1 |a y:1 z:2\n-1 |a café:1 |b z\n",
     "classes.libsvm": "0 1:0.5 2:1\n2 1:-1 3:2\n1 2:3\n",
 }
 _RUNS = (

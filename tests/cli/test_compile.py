@@ -84,6 +84,29 @@ def test_learn_on_compiled_kernels_predicts_what_numba_predicts_without_importin
     assert ahead_predictions == jit_predictions and ahead_predictions.count(b"\n") in (3000, 500, 6000)
 
 
+_LINES = {
+    "bad.libsvm": ("1 1:0.5 3:2\n-1 2:zz\n", 2, "bad.libsvm:2:4: non-numeric value 'zz' for feature 2"),
+    "bad.vw": ("1 |a x:0.5\n-1 |a x:1:2\n", 2, "bad.vw:2:7: malformed feature 'x:1:2' (more than one ':')"),
+    "bad.csv": ("y,a\n1,0.5\n-1,zz\n", 2, "bad.csv:3:4: non-numeric value 'zz' in column 'a'"),
+    "accents.vw": ("1 |a x:0.5\n-1 |a café:1 |b z\n", 0, ""),
+    "comment.libsvm": ("1 1:0.5\n-1 2:1 # café\n", 0, ""),
+}
+
+
+@pytest.mark.parametrize("name", _LINES)
+def test_a_line_the_compiled_parser_hands_to_python_needs_no_numba(built, name, tmp_path):
+    """Malformed lines, and lines with non-ASCII text, are read in Python
+    after the compiled parser stops at them: on compiled kernels the located
+    error (or the row) comes without numba's import and compile (a second)."""
+    text, rc, error = _LINES[name]
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    label = ["--label", "y"] if name.endswith(".csv") else []
+    done = subprocess.run([sys.executable, "-c", _REPORT, "learn", name, *label, "--quiet"], cwd=tmp_path,
+                          env={**os.environ, KERNELS_DIR_ENV: built}, capture_output=True, text=True, timeout=600)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"rc": rc, "numba": False}
+    assert done.stderr.strip() == (f"scinol: error: {error}" if error else "")
+
+
 def test_exports_built_from_other_sources_are_not_used(built, data, tmp_path):
     stale = str(tmp_path / "stale")
     shutil.copytree(built, stale)
