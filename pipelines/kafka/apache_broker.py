@@ -27,8 +27,9 @@ import time
 import uuid
 from pathlib import Path
 
-from pipelines.kafka.broker import DEFAULT_HOST, BrokerError, _port_open, dying_with_parent, free_port
+from pipelines.kafka.broker import DEFAULT_HOST, BrokerError, _port_open, free_port
 from pipelines.provision.kafka import DEFAULT_KAFKA_VERSION, provision_kafka
+from pipelines.provision.processes import dying_with_parent
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 SCRAM_ITERATIONS = 8192

@@ -8,13 +8,13 @@ protocol, so everything works the same against Apache Kafka.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
+
+from pipelines.provision.processes import dying_with_parent
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -116,16 +116,6 @@ class EmbeddedBroker:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def dying_with_parent(argv: list[str]) -> list[str]:
-    """``argv`` run so that it gets SIGTERM when this process dies, even by
-    SIGKILL (Linux PR_SET_PDEATHSIG, set by util-linux's ``setpriv`` and kept
-    across its exec); where there is no ``setpriv``, ``argv`` as it is.
-    Not a ``preexec_fn``: Python code run in the child between fork and exec
-    of a process with threads (grpc's, librdkafka's) can crash the child."""
-    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
-    return [setpriv, "--pdeathsig", "SIGTERM", "--", *argv] if setpriv else list(argv)
 
 
 def _port_open(host: str, port: int) -> bool:

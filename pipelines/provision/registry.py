@@ -16,6 +16,7 @@ Maven into ``$SCINOL_CACHE/registry/`` once and run as a local JVM.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import glob
 import os
@@ -29,6 +30,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+
+from pipelines.provision.processes import dying_with_parent
 
 APICURIO_VERSION = "3.3.3"
 ARTIFACT = "io.apicurio:apicurio-registry-app:{version}:tar.gz:all"
@@ -162,8 +165,8 @@ class LocalRegistry:
         self.port = _free_port()
         fd, self.log_path = tempfile.mkstemp(prefix="apicurio-registry-", suffix=".log")
         with os.fdopen(fd, "w") as log:
-            self.process = subprocess.Popen(self._command(home), cwd=home, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL)
+            self.process = subprocess.Popen(dying_with_parent(self._command(home)), cwd=home, stdout=log,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self._wait_until_ready()
         return self
 
@@ -183,11 +186,19 @@ class LocalRegistry:
             except OSError:
                 pass
             time.sleep(0.5)
-        self.stop()
+        self._end()  # its log stays: the error names it
         raise ProvisionError(f"Apicurio Registry did not answer at {self.url} within {self.startup_timeout:.0f} s; "
                              f"its log: {self.log_path}")
 
     def stop(self) -> None:
+        """End it and remove its log."""
+        self._end()
+        if self.log_path:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.log_path)
+            self.log_path = None
+
+    def _end(self) -> None:
         process, self.process = self.process, None
         if process is None or process.poll() is not None:
             return

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.kafka.broker import dying_with_parent
+from pipelines.provision.processes import dying_with_parent
 from pipelines.runners import flink_rest
 
 HOST = "localhost"

@@ -28,6 +28,7 @@ from pipelines.kafka.errors import KafkaConnectionError, check_connection
 from pipelines.kafka.tls import make_ca
 from pipelines.provision.cache import MARKER, ProvisionError
 from pipelines.provision.kafka import DEFAULT_KAFKA_VERSION, check_kafka_libs, provision_kafka
+from tests.support.processes import gone_within
 
 PARTITIONS = 4
 pytestmark = pytest.mark.kafka  # a real broker: under CI=true a skip fails the run
@@ -275,18 +276,8 @@ def test_broker_dies_with_a_killed_parent():
     while time.monotonic() < deadline and _port_open("127.0.0.1", int(port)):
         time.sleep(0.2)
     assert not _port_open("127.0.0.1", int(port))
-    while time.monotonic() < deadline and _alive(int(pid)):
-        time.sleep(0.2)
-    assert not _alive(int(pid))
+    assert gone_within(int(pid), max(0.0, deadline - time.monotonic()))
     shutil.rmtree(home)  # the data folder: its owner was killed before it could delete it
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # the broker is the killed parent's child, not ours: no zombie is left for us
-        return True
-    except ProcessLookupError:
-        return False
 
 
 def test_a_broker_that_cannot_start_says_why_from_its_log():

@@ -19,6 +19,7 @@ import pytest
 from learners import make_learner
 from pipelines.cli.main import main
 from pipelines.records.topics import produce_events
+from tests.support.processes import alive
 from tests.support.runs import toy_stream
 from tests.support.trialkit import read_topic
 
@@ -34,14 +35,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("localhost", 0))
         return s.getsockname()[1]
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    return "zombie" not in state
 
 
 def run_on(master: str, pool: str, bootstrap: str, topic: str, tmp_path) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from pipelines.records.topics import produce_events
-from tests.runners.test_java_launcher import alive
+from tests.support.processes import gone_within
 from tests.support.runs import assert_predicted_as_one_process, bounded_cli_run, toy_stream
 from tests.support.trialkit import read_topic
 
@@ -116,10 +116,7 @@ def test_a_run_killed_with_sigkill_takes_its_flink_job_server_with_it(
     finally:
         proc.kill()
         proc.wait()
-    deadline = time.monotonic() + 60
-    while alive(server) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not alive(server), "the job server outlived its run"
+    assert gone_within(server, 60), "the job server outlived its run"
 
 
 def topic_exists(bootstrap: str, topic: str) -> bool:

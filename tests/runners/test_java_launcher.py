@@ -13,6 +13,7 @@ import time
 import pytest
 
 from pipelines.runners.java_launcher import java_launcher
+from tests.support.processes import alive, gone_within
 
 SLEEPER = "public class Sleep { public static void main(String[] a) throws Exception { Thread.sleep(600000); } }\n"
 
@@ -51,16 +52,4 @@ def test_the_jvm_gets_sigterm_when_its_parent_is_killed(launcher, tmp_path):
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-    deadline = time.monotonic() + 30
-    while alive(jvm) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not alive(jvm), "the JVM outlived the process that started it"
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    assert gone_within(jvm, 30), "the JVM outlived the process that started it"
