@@ -63,19 +63,18 @@ class EmbeddedBroker:
         # tests/faultkit.py) between every client and the broker.
         self.advertised_port = advertised_port or self.port
         self.process: subprocess.Popen | None = None
-        self.log_path: str | None = None
+        self._log = None  # tansu's output: a file with no name, so even a killed run leaves none behind
 
     def start(self, timeout: float = 30.0) -> str:
         url = f"tcp://{self.host}:{self.port}"
         advertised = f"tcp://{self.host}:{self.advertised_port}"
-        fd, self.log_path = tempfile.mkstemp(prefix="tansu-", suffix=".log")
         cmd = [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", advertised,
                "--storage-engine", "memory://tansu/"]
-        with os.fdopen(fd, "wb") as log:
-            # Its own session: Ctrl-C in a terminal reaches us, and we stop it.
-            # And it dies with us even when we are killed (no leaked brokers).
-            self.process = subprocess.Popen(dying_with_parent(cmd), stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        self._log = tempfile.TemporaryFile(prefix="tansu-")
+        # Its own session: Ctrl-C in a terminal reaches us, and we stop it.
+        # And it dies with us even when we are killed (no leaked brokers).
+        self.process = subprocess.Popen(dying_with_parent(cmd), stdout=self._log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             deadline = time.monotonic() + timeout
             while self.process.poll() is None and not _port_open(self.host, self.port):
@@ -99,16 +98,14 @@ class EmbeddedBroker:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if self.log_path and os.path.exists(self.log_path):
-            os.unlink(self.log_path)
-            self.log_path = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def _log_tail(self) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read()[-500:].decode(errors="replace").strip()
-        except (OSError, TypeError):
-            return ""
+        # pread: the broker shares the file's offset, which a seek would move
+        size = os.fstat(self._log.fileno()).st_size
+        return os.pread(self._log.fileno(), 500, max(0, size - 500)).decode(errors="replace").strip()
 
     def __enter__(self) -> "EmbeddedBroker":
         self.start()

@@ -71,6 +71,8 @@ def test_broker_dies_with_a_killed_parent():
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     port, pid = map(int, parent.stdout.readline().split())
     assert _port_open("127.0.0.1", port)
+    # its output goes to a file without a name: nothing is left in /tmp by a killed run
+    assert os.readlink(f"/proc/{pid}/fd/1").endswith(" (deleted)")
     parent.kill()  # SIGKILL: no cleanup code runs in the parent
     parent.wait()
     deadline = time.monotonic() + 10
