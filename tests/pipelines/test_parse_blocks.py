@@ -60,7 +60,7 @@ def test_a_blocks_error_comes_after_everything_before_it(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_byte_blocks_are_the_file_cut_at_line_breaks(tmp_path, seed):
+def test_byte_blocks_are_the_file_cut_at_line_breaks(tmp_path, seed, monkeypatch):
     """Any block size, lines longer than a block, CR LF across a read's end,
     a byte order mark, no break at the end, gzip: the blocks joined are the
     file (without the mark, with a final break), each ends at a break that
@@ -74,9 +74,22 @@ def test_byte_blocks_are_the_file_cut_at_line_breaks(tmp_path, seed):
     data = ("\ufeff" if seed % 2 else "").encode() + text.encode()
     path = tmp_path / ("t.txt.gz" if seed % 4 == 1 else "t.txt")
     path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    monkeypatch.setattr(blocks, "FIRST_BLOCK_BYTES", rng.choice([1, 5, 64, 1 << 16]))  # growing blocks
     got = list(blocks.byte_blocks(str(path), size=rng.choice([1, 2, 7, 64, 1000])))
     joined = b"".join(bytes(b) for b in got)
     assert joined == text.encode() + (b"\n" if seed % 3 == 0 else b"")
     assert all(bytes(b).endswith((b"\n", b"\r")) for b in got)
     assert not any(bytes(a).endswith(b"\r") and bytes(b).startswith(b"\n") for a, b in zip(got, got[1:]))
     assert not any(b.flags.writeable for b in got)
+
+
+def test_the_first_blocks_are_small_and_grow_to_the_block_size(tmp_path, monkeypatch):
+    """A reader's first rows come after a small block is parsed, not a whole
+    block; the blocks double from there up to the block size."""
+    monkeypatch.setattr(blocks, "FIRST_BLOCK_BYTES", 1000)
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"".join(b"%099d\n" % k for k in range(2000)))  # 100-byte lines
+    sizes = [b.shape[0] for b in blocks.byte_blocks(str(path), size=16_000)]
+    assert sum(sizes) == 200_000
+    assert sizes[:5] == [1000, 2000, 4000, 8000, 16_000]  # the carried partial lines fit the doubling exactly here
+    assert set(sizes[4:-1]) == {16_000}
