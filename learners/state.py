@@ -56,8 +56,7 @@ class LearnerState:
         growing one feature at a time stays linear, but stops at the next
         2^k + 1 that holds them (a hashed space and the bias): rows of 2^20
         hashed features whose first batch reached 2^20 - 3 would otherwise
-        double a 32 MB state to 64 MB for 4 coordinates, a sixth of
-        ``scinol learn``'s time on such a file."""
+        double a 32 MB state to 64 MB for 4 coordinates."""
         have = self.n_coords
         if n_coords <= have:
             return

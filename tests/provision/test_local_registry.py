@@ -39,7 +39,9 @@ time.sleep(600)
 def test_a_registry_ends_with_the_process_that_started_it_even_when_that_is_killed():
     starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True)
     try:
-        pid, log = starter.stdout.readline().split()
+        started = starter.stdout.readline()
+        assert started, "the registry did not start"
+        pid, log = started.split()
         assert alive(int(pid))
     finally:
         starter.send_signal(signal.SIGKILL)  # no cleanup runs in the starter
