@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipelines.kafka.broker import EmbeddedBroker, _port_open
+from tests.support.processes import alive
 
 pytestmark = pytest.mark.kafka
 
@@ -39,12 +40,7 @@ def test_start_and_stop_free_the_port():
     broker.stop()
     assert not _port_open(broker.host, broker.port)
     assert broker.process is None
-    try:
-        os.kill(pid, 0)
-        alive = True
-    except ProcessLookupError:
-        alive = False
-    assert not alive
+    assert not alive(pid)
 
 
 def test_scinol_broker_prints_its_address_and_stops_on_ctrl_c():
