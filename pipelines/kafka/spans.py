@@ -1,0 +1,258 @@
+"""Batches that say where they lie in their partition, and applying them in
+offset order whatever order a runner delivers them in.
+
+A :class:`Span` is what one batch of one partition covers: the offsets
+``[start, end)``, where ``start`` is where the batch before it ended. Kafka
+offsets have gaps (compaction, transaction markers, records of other
+models), so the link is explicit: consecutive batches tile the offsets
+with nothing between them, and ``origin`` is where this read of the
+partition began (the first batch's ``start``). A span with ``start ==
+end`` covers nothing: a *marker* (a control record of the reader's own
+making) that belongs after every batch ending at or before ``end``.
+
+A :class:`Chain` is one keyed step's view of its streams: per stream
+(topic, partition), the offset it has applied up to (``applied``; what a
+checkpoint records as covered), and the batches that arrived before an
+earlier one and wait for it. :meth:`Chain.offer` takes a batch and returns
+the batches now ready, in offset order: a batch that continues the chain;
+one that overlaps what the state covers (a replay after a restore from a
+checkpoint file: only its offsets from ``applied`` on are new); or the
+first batch of a read (``start == origin``), which continues any state
+that does not reach past it (a restart may begin beyond a model's last
+event on a partition when it had none in between). A batch that ends at or
+before ``applied`` was applied already (a runner's retry, a replay) and is
+dropped and counted. Everything else waits, at most ``max_waiting``
+messages per key: past that :class:`WaitingBoundExceeded` names the
+partition, the missing offsets and the bound.
+
+This is Beam's ordered-processing idea (per-key sequence numbers, early
+events buffered in state) for batches of Kafka offsets: the sequence is
+the offsets themselves, so a restart from a checkpoint file needs no
+sequence state to continue, and a replay is told from a continuation by
+the offsets it covers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+Stream = tuple[str, int]
+"""(topic, partition)."""
+
+DEFAULT_MAX_WAITING = 2_000_000
+"""Messages a keyed step holds waiting for an earlier batch, per key: about
+a gigabyte of decoded toy events, within a worker's memory."""
+
+
+class Span(NamedTuple):
+    """The offsets ``[start, end)`` of ``topic[partition]`` one batch covers;
+    ``origin``: where the read of the partition began."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    origin: int
+
+    @property
+    def stream(self) -> Stream:
+        return self.topic, self.partition
+
+    @property
+    def is_marker(self) -> bool:
+        return self.start == self.end
+
+    def at(self, end: int) -> "Span":
+        """A marker at ``end`` of the same read."""
+        return self._replace(start=end, end=end)
+
+    def before(self, start: int) -> "Span":
+        """The span of the same read from ``start`` up to this one's start."""
+        return self._replace(start=start, end=self.start)
+
+    def describe(self) -> str:
+        return f"{self.topic}[{self.partition}] offsets {self.start:,}-{self.end:,}"
+
+
+class Ready(NamedTuple):
+    """A batch to apply now. ``since``: apply only its offsets at or after
+    this (``span.start``, unless it overlaps what the state covers; at or
+    past ``span.end`` for a replay, which brings nothing new)."""
+
+    span: Span
+    payload: Any
+    since: int
+
+    @property
+    def is_replay(self) -> bool:
+        """Every offset of it was applied before (a runner's retry, a replay)."""
+        return self.since >= self.span.end and not self.span.is_marker
+
+
+class WaitingBoundExceeded(RuntimeError):
+    """More messages wait for an earlier batch than a key may hold."""
+
+
+class ChainConflict(RuntimeError):
+    """Two different batches claim the same place in a partition's order."""
+
+
+class Early(NamedTuple):
+    """A batch that came before an earlier one of its partition, waiting."""
+
+    span: Span
+    payload: Any
+    size: int
+
+
+class Chain:
+    """Applies batches of several streams in each stream's offset order.
+
+    ``applied`` is shared with the owner (a model's covered offsets) and
+    updated in place; ``waiting`` holds what came early, per stream by start
+    offset (markers by their offset, several allowed)."""
+
+    def __init__(self, applied: dict | None = None, max_waiting: int = DEFAULT_MAX_WAITING):
+        self.applied: dict[Stream, int] = applied if applied is not None else {}
+        self.max_waiting = max_waiting
+        self.waiting: dict[Stream, dict[int, Early]] = {}
+        self.markers: dict[Stream, list[Early]] = {}
+        self.waiting_messages = 0
+        self.replayed = 0
+        """Batches dropped because the state had applied them already."""
+        self.changed = False
+        """Whether the waiting batches changed since the owner last cleared this."""
+
+    def __len__(self) -> int:
+        """How many batches wait."""
+        return sum(map(len, self.waiting.values())) + sum(map(len, self.markers.values()))
+
+    def offer(self, span: Span, payload: Any, size: int = 1) -> list[Ready]:
+        """The batches ready after ``span`` arrived, in order (maybe none);
+        a replay comes back at once, marked as one (:attr:`Ready.is_replay`)."""
+        since = self._since(span)
+        if since is None:
+            return self._wait(span, payload, size)
+        if span.is_marker:
+            return [Ready(span, payload, span.end)]
+        if since >= span.end:
+            self.replayed += 1
+            return [Ready(span, payload, since)]
+        self.applied[span.stream] = span.end
+        return [Ready(span, payload, since), *self._ready_markers(span.stream), *self._drain(span.stream)]
+
+    def _since(self, span: Span) -> int | None:
+        """Where ``span`` starts to apply, None if an earlier batch is missing."""
+        have = self.applied.get(span.stream)
+        if span.is_marker and have is None:
+            have = span.origin  # nothing of this read applied yet: the chain stands at its origin
+        elif span.start == span.origin and not span.is_marker:
+            have = span.origin if have is None else max(have, span.origin)
+        if have is None or have < span.start:
+            return None
+        return have
+
+    def _wait(self, span: Span, payload: Any, size: int) -> list[Ready]:
+        item = Early(span, payload, max(size, 1))
+        if span.is_marker:
+            self.markers.setdefault(span.stream, []).append(item)
+        else:
+            mine = self.waiting.setdefault(span.stream, {})
+            there = mine.get(span.start)
+            if there is not None:
+                if there.span != span:
+                    raise ChainConflict(f"two batches of {span.topic}[{span.partition}] both start at offset "
+                                        f"{span.start:,} ({there.span.describe()} and {span.describe()}): is the "
+                                        f"partition read twice?")
+                self.replayed += 1  # the same batch twice, both early
+                return [Ready(span, payload, span.end)]
+            mine[span.start] = item
+        self.waiting_messages += item.size
+        self.changed = True
+        if self.waiting_messages > self.max_waiting:
+            raise WaitingBoundExceeded(self._bound_message(span.stream))
+        return []
+
+    def _bound_message(self, stream: Stream) -> str:
+        topic, partition = stream
+        have = self.applied.get(stream)
+        early = [*self.waiting.get(stream, {}).values(), *self.markers.get(stream, [])]
+        first = min(w.span.start for w in early)
+        missing = f"offsets {have:,}-{first:,}" if have is not None else f"the batches before offset {first:,}"
+        return (f"{self.waiting_messages:,} messages wait for {topic}[{partition}] {missing}, more than "
+                f"--max-waiting {self.max_waiting:,}: the runner delivers that partition too far out of order "
+                f"(raise --max-waiting, or give the workers more memory)")
+
+    def _drain(self, stream: Stream) -> list[Ready]:
+        """The waiting batches of ``stream`` that now follow in order."""
+        out = []
+        mine = self.waiting.get(stream)
+        while mine:
+            have = self.applied[stream]
+            item = mine.pop(have, None)
+            if item is None:
+                item = self._overlapping(mine, have)
+                if item is None:
+                    break
+            self.waiting_messages -= item.size
+            self.changed = True
+            if item.span.end <= have:
+                self.replayed += 1
+                out.append(Ready(item.span, item.payload, have))
+                continue
+            self.applied[stream] = item.span.end
+            out += [Ready(item.span, item.payload, max(have, item.span.start)), *self._ready_markers(stream)]
+        if mine is not None and not mine:
+            del self.waiting[stream]
+        return out
+
+    @staticmethod
+    def _overlapping(mine: dict, have: int) -> Early | None:
+        """A waiting batch that starts before ``have`` (a replay overlapping
+        what was applied), taken out; None if there is none."""
+        for start in sorted(mine):
+            if start >= have:
+                return None
+            return mine.pop(start)
+        return None
+
+    def _ready_markers(self, stream: Stream) -> list[Ready]:
+        marks = self.markers.get(stream)
+        if not marks:
+            return []
+        have = self.applied[stream]
+        ready = [m for m in marks if m.span.end <= have]
+        if not ready:
+            return []
+        self.markers[stream] = [m for m in marks if m.span.end > have]
+        if not self.markers[stream]:
+            del self.markers[stream]
+        self.waiting_messages -= sum(m.size for m in ready)
+        self.changed = True
+        return [Ready(m.span, m.payload, m.span.end) for m in sorted(ready, key=lambda m: m.span.end)]
+
+    def missing(self) -> list[tuple[Stream, int | None, int]]:
+        """Per stream with batches waiting: (stream, applied up to, first
+        waiting offset): the offsets that never came."""
+        out = []
+        for stream in sorted({*self.waiting, *self.markers}):
+            early = [*self.waiting.get(stream, {}).values(), *self.markers.get(stream, [])]
+            out.append((stream, self.applied.get(stream), min(w.span.start for w in early)))
+        return out
+
+    def waiting_items(self) -> list[tuple[Span, Any, int]]:
+        """Every waiting batch as (span, payload, size), for the owner's state store."""
+        return [(w.span, w.payload, w.size) for mine in self.waiting.values() for w in mine.values()] + \
+               [(w.span, w.payload, w.size) for marks in self.markers.values() for w in marks]
+
+    def restore_waiting(self, items) -> None:
+        """Put back what :meth:`waiting_items` gave (after a restore)."""
+        self.waiting, self.markers, self.waiting_messages = {}, {}, 0
+        for span, payload, size in items:
+            item = Early(span, payload, size)
+            if span.is_marker:
+                self.markers.setdefault(span.stream, []).append(item)
+            else:
+                self.waiting.setdefault(span.stream, {})[span.start] = item
+            self.waiting_messages += size
+        self.changed = False
