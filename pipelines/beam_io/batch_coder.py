@@ -20,19 +20,48 @@ import numpy as np
 from apache_beam.coders import Coder, registry
 
 from pipelines.kafka.consumer import KafkaMessage
+from pipelines.kafka.spans import Span
 
 
 class KafkaBatch(list):
-    """The type hint of the read's output: ``list[KafkaMessage]``, one
-    partition's messages in offset order."""
+    """The read's output: ``list[KafkaMessage]``, one partition's messages in
+    offset order, and the :class:`~pipelines.kafka.spans.Span` of offsets it
+    covers (None for a list made elsewhere). A batch with no messages closes
+    a gap (offsets with no message, up to where the next batch starts) or,
+    with an empty span, carries only its position."""
+
+    __slots__ = ("span",)
+
+    def __init__(self, messages=(), span: Span | None = None):
+        super().__init__(messages)
+        self.span = span
+
+    def __reduce__(self):
+        return KafkaBatch, (list(self), self.span)
 
 
 _COUNTS = struct.Struct("<II")  # messages, distinct topics
+_SPAN = struct.Struct("<qqqqI")  # partition, start, end, origin, topic name length (partition -1: no span)
 _NONE = -1  # a key, value or header value that is None (Kafka allows a null value)
 
 
 def _lengths(items: list) -> list[int]:
     return [_NONE if b is None else len(b) for b in items]
+
+
+def _span_bytes(span: Span | None) -> list[bytes]:
+    if span is None:
+        return [_SPAN.pack(-1, 0, 0, 0, 0)]
+    name = span.topic.encode()
+    return [_SPAN.pack(span.partition, span.start, span.end, span.origin, len(name)), name]
+
+
+def _read_span(encoded: bytes, at: int) -> tuple[Span | None, int]:
+    partition, start, end, origin, size = _SPAN.unpack_from(encoded, at)
+    at += _SPAN.size
+    if partition < 0:
+        return None, at
+    return Span(encoded[at:at + size].decode(), partition, start, end, origin), at + size
 
 
 class KafkaBatchCoder(Coder):
@@ -45,7 +74,7 @@ class KafkaBatchCoder(Coder):
         keys = [m.key for m in batch]
         values = [m.value for m in batch]
         headers = [m.headers for m in batch]
-        head = [_COUNTS.pack(len(batch), len(topics))]
+        head = [_COUNTS.pack(len(batch), len(topics)), *_span_bytes(getattr(batch, "span", None))]
         for t in topics:
             name = t.encode()
             head += [struct.pack("<I", len(name)), name]
@@ -68,7 +97,8 @@ class KafkaBatchCoder(Coder):
 
     def _decode(self, encoded: bytes) -> KafkaBatch:
         n, n_topics = _COUNTS.unpack_from(encoded)
-        at, topics = _COUNTS.size, []
+        span, at = _read_span(encoded, _COUNTS.size)
+        topics = []
         for _ in range(n_topics):
             (size,) = struct.unpack_from("<I", encoded, at)
             topics.append(encoded[at + 4:at + 4 + size].decode())
@@ -98,8 +128,8 @@ class KafkaBatchCoder(Coder):
         if at != len(encoded):
             raise ValueError(f"a Kafka batch of {n} messages: {len(encoded) - at} bytes left over")
         new = tuple.__new__
-        return KafkaBatch(new(KafkaMessage, (topics[t], p, o, ts, k, v, h)) for t, p, o, ts, k, v, h
-                          in zip(topic_ix, partitions, offsets, stamps, keys, values, headers))
+        return KafkaBatch((new(KafkaMessage, (topics[t], p, o, ts, k, v, h)) for t, p, o, ts, k, v, h
+                           in zip(topic_ix, partitions, offsets, stamps, keys, values, headers)), span)
 
     def estimate_size(self, batch) -> int:
         """The keys' and values' bytes and 56 a message for the rest (what

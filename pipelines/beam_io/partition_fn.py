@@ -43,6 +43,9 @@ from confluent_kafka import Consumer
 
 from pipelines.kafka.consumer import (UNBOUNDED_STOP, PartitionReader, StopRule, commit_offset,
                                       consumer_settings)
+from pipelines.kafka.spans import Span
+
+from .batch_coder import KafkaBatch
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +88,18 @@ class PartitionRestrictionProvider(RestrictionProvider):
 
 class _Call:
     """What one process() call has emitted so far."""
-    __slots__ = ("next_offset", "watermark", "finalizing")
+    __slots__ = ("span", "next_offset", "watermark", "finalizing", "finished_at")
 
-    def __init__(self, start: int, watermark):
+    def __init__(self, spec: "PartitionSpec", start: int, watermark):
+        self.span = Span(spec.topic, spec.partition, start, start, spec.start)  # where this read stands
         self.next_offset = start  # one past the last offset claimed and emitted
         self.watermark = watermark
         self.finalizing = None  # {"next": offset} read by this call's bundle finalizer
+        self.finished_at = None  # the restriction's stop, once it is done
+
+    def covering(self, end: int) -> Span:
+        """The span of the next batch: from where the last one ended to ``end``."""
+        return self.span._replace(start=self.next_offset, end=end)
 
 
 class ReadPartitionFn(beam.DoFn):
@@ -183,7 +192,7 @@ class ReadPartitionFn(beam.DoFn):
         topic, partition = spec.topic, spec.partition
         reader = self._reader(topic, partition, rng.start)
         rule = self._rule(spec)
-        call = _Call(rng.start, watermark.current_watermark())
+        call = _Call(spec, rng.start, watermark.current_watermark())
         deadline = time.monotonic() + self._checkpoint_seconds
         linger = rule.linger_seconds if rule is not None and self._unbounded else 0.0
         lingering_until = 0.0  # from a batch read (its steps fused after the read included): poll on until then
@@ -202,7 +211,8 @@ class ReadPartitionFn(beam.DoFn):
                 yield from self._emit(call, batch, newest_ts, bundle_finalizer, watermark, topic, partition)
             if rule is not None:
                 done, extra = self._consult(rule, batch, topic, partition)
-                yield from extra
+                for own in extra:  # control records: they belong where the read stands
+                    yield KafkaBatch(own, call.covering(call.next_offset))
                 if done:
                     tracker.try_claim(tracker.current_restriction().stop)  # refused; marks the restriction done
                     reader.position = call.next_offset
@@ -211,12 +221,15 @@ class ReadPartitionFn(beam.DoFn):
                 # Done (claim at or past stop) or the runner split us: the
                 # consumer has moved past what we emitted; re-seek next time.
                 reader.position = None
+                yield from self._close_gap(call, tracker.current_restriction().stop)
                 return
             # Every data message returned was claimed: the consumer continues
             # exactly where a residual restriction would start.
             reader.position = call.next_offset
             if self._finished_or_deferred(tracker, call, polled, batch, deadline,
                                           lingering=time.monotonic() < lingering_until):
+                if call.finished_at is not None:
+                    yield from self._close_gap(call, call.finished_at)
                 return
 
     @staticmethod
@@ -237,8 +250,19 @@ class ReadPartitionFn(beam.DoFn):
         final_stop = tracker.current_restriction().stop
         return [km for km in batch if km.offset < final_stop], True
 
+    @staticmethod
+    def _close_gap(call: _Call, stop: int):
+        """A restriction that ends at ``stop`` after its last message (offsets
+        with no message: transaction markers, or a runner's split point)
+        closes the chain there with a batch of no messages, so the batch
+        that continues from ``stop`` (a split's residual) follows on."""
+        if call.next_offset < stop < UNBOUNDED_STOP:
+            yield KafkaBatch([], call.covering(stop))
+            call.next_offset = stop
+
     def _emit(self, call: _Call, batch: list, newest_ts: int, bundle_finalizer, watermark, topic: str,
               partition: int):
+        batch = KafkaBatch(batch, call.covering(batch[-1].offset + 1))
         call.next_offset = batch[-1].offset + 1
         self._messages.inc(len(batch))
         self._batches.inc()
@@ -280,6 +304,7 @@ class ReadPartitionFn(beam.DoFn):
         stop = tracker.current_restriction().stop  # a runner split may have lowered it
         if fetched_to >= stop:
             tracker.try_claim(stop)  # refused; marks the restriction done
+            call.finished_at = stop
             return True
         idle = not batch and (polled.reached_end or not polled.answered)
         if idle and self._unbounded and not lingering:

@@ -44,6 +44,20 @@ def test_any_batch_of_messages_comes_back_as_it_went(seed):
     assert coder.estimate_size(batch) <= len(encoded) <= coder.estimate_size(batch) + 200 * len(batch) + 100
 
 
+def test_a_batch_keeps_its_span_through_the_coder_and_pickle():
+    import pickle
+
+    from pipelines.kafka.spans import Span
+
+    coder = KafkaBatchCoder()
+    span = Span("zażółć-🙂", 3, 100, 250, 7)
+    for messages in (_random_batch(random.Random(3), 12), []):  # [] closes a gap: a span and no message
+        batch = KafkaBatch(messages, span)
+        for back in (coder.decode(coder.encode(batch)), pickle.loads(pickle.dumps(batch))):
+            assert type(back) is KafkaBatch and back == messages and back.span == span
+    assert coder.decode(coder.encode(_random_batch(random.Random(4), 3))).span is None  # a plain list has none
+
+
 def test_a_damaged_encoding_is_refused():
     coder = KafkaBatchCoder()
     encoded = coder.encode(_random_batch(random.Random(7), 50))

@@ -311,21 +311,78 @@ def test_runner_initiated_split_is_honoured(kafka_bootstrap, topic_name):
     fn.setup()
     spec = PartitionSpec(topic_name, 0, 0, 1_000)
     tracker = ThreadsafeRestrictionTracker(OffsetRestrictionTracker(OffsetRange(0, 1_000)))
-    got, residual = [], None
+    got, spans, residual = [], [], None
     for out in fn.process(spec, Finalizer(), RestrictionTrackerView(tracker), ManualWatermarkEstimator(None)):
-        got.extend(m.offset for m in out.value)
+        got.extend(m.offset for m in _batch(out))
+        spans.append(_batch(out).span)
         if residual is None:
             _primary, residual = tracker.try_split(0.5)  # as a runner's split request would
     tracker.check_done()
     assert got == list(range(residual.start))
     assert 100 <= residual.start < 1_000 and residual.stop == 1_000
+    assert spans[-1].end == residual.start  # the primary's chain ends where the residual's begins
 
     tracker = ThreadsafeRestrictionTracker(OffsetRestrictionTracker(residual))
     for out in fn.process(spec, Finalizer(), RestrictionTrackerView(tracker), ManualWatermarkEstimator(None)):
-        got.extend(m.offset for m in out.value)
+        got.extend(m.offset for m in _batch(out))
+        spans.append(_batch(out).span)
     tracker.check_done()
     fn.teardown()
     assert got == list(range(1_000))
+    _assert_tiled(spans, topic_name, 0, 1_000)
+
+
+def _batch(out):
+    return getattr(out, "value", out)
+
+
+def _assert_tiled(spans, topic, start, end):
+    """The spans of a read tile [start, end): each begins where the one before ended."""
+    assert all(s.topic == topic and s.partition == 0 and s.origin == start for s in spans)
+    assert [s.start for s in spans] == [start] + [s.end for s in spans[:-1]]
+    assert spans[-1].end == end and all(s.end > s.start for s in spans)
+
+
+def test_spans_tile_the_partition_across_calls_and_the_gaps_transactions_leave(kafka_bootstrap, topic_name):
+    """Every batch says which offsets it covers, linked to the one before:
+    across SDF checkpoints (a call per batch) and over the offsets Kafka's
+    transaction markers take, which no message has; the first links to the
+    read's start."""
+    from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+    from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
+    from apache_beam.runners.sdf_utils import RestrictionTrackerView, ThreadsafeRestrictionTracker
+    from confluent_kafka import Producer
+
+    from pipelines.beam_io.partition_fn import BoundedReadPartitionFn, PartitionSpec
+    from pipelines.kafka.admin import KafkaAdmin
+
+    _create_topic(kafka_bootstrap, topic_name, partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": topic_name})
+    producer.init_transactions(30)
+    for k in range(5):  # each transaction's commit marker takes an offset of its own
+        producer.begin_transaction()
+        for i in range(7):
+            producer.produce(topic_name, str(10 * k + i).encode(), partition=0)
+        producer.commit_transaction(30)
+    end = KafkaAdmin(kafka_bootstrap).end_offsets(topic_name)[0]
+    assert end == 5 * 8  # 35 messages and 5 markers
+
+    class Finalizer:
+        def register(self, cb):
+            pass
+
+    fn = BoundedReadPartitionFn(kafka_bootstrap, None, {"isolation.level": "read_committed"}, max_batch=4,
+                                 poll_timeout=0.2, checkpoint_seconds=30, unbounded=False)
+    fn.setup()
+    spec, got, spans = PartitionSpec(topic_name, 0, 3, end), [], []
+    tracker = ThreadsafeRestrictionTracker(OffsetRestrictionTracker(OffsetRange(3, end)))
+    for out in fn.process(spec, Finalizer(), RestrictionTrackerView(tracker), ManualWatermarkEstimator(None)):
+        got.extend(int(m.value) for m in _batch(out))
+        spans.append(_batch(out).span)
+    tracker.check_done()
+    fn.teardown()
+    assert got == [10 * k + i for k in range(5) for i in range(7)][3:]
+    _assert_tiled(spans, topic_name, 3, end)
 
 
 def test_portable_runner_reads_writes_and_commits(kafka_bootstrap, topic_name):
