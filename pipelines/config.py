@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from learners import make_learner
+from pipelines.kafka.spans import DEFAULT_MAX_WAITING
 from pipelines.records.dead_letters import DEFAULT_MAX_INDEX, DEFAULT_MAX_MESSAGE_BYTES
 from schemas.codec import Codec
 from schemas.registry import DEFAULT_STRATEGY, Registry
@@ -93,6 +94,9 @@ class RunConfig:
     """Seconds of event time an unlabelled event waits for its label (and a label for its event)."""
     max_pending: int = 1_000_000
     """Most events (and, separately, early labels) a model holds waiting."""
+    max_waiting: int = DEFAULT_MAX_WAITING
+    """Most messages a keyed step holds for one key while they wait for an earlier batch of their
+    partition (a runner that delivers out of order); past it the run stops with an error."""
     exactly_once: bool = False
     """Predictions in Kafka transactions, each committed with the input offsets it answers
     (pipelines.kafka.transactions): a read_committed consumer sees each once, even after failovers."""
@@ -106,6 +110,9 @@ class RunConfig:
     feedback_timeout: float = 30.0
     feedback_faults: object = None
     """Fault injection (tests, fault trials): a pipelines.sharded.transforms.FeedbackFaults."""
+    reorder: object = None
+    """Tests only: name -> a Beam transform that reorders, holds back and repeats elements, placed
+    before the decode step and each keyed step, as a runner that keeps no order may deliver them."""
 
     def registry(self) -> Registry | None:
         if self.registry_url is None:
@@ -126,6 +133,8 @@ class RunConfig:
                 "checkpoints then decide where a restart resumes, the group's offsets only show progress)")
         if self.max_dead_letter_ratio is not None and not 0.0 <= self.max_dead_letter_ratio < 1.0:
             raise ValueError(f"--max-dead-letter-ratio must be at least 0 and below 1, not {self.max_dead_letter_ratio}")
+        if self.max_waiting < 1:
+            raise ValueError(f"--max-waiting must be at least 1, not {self.max_waiting}")
         if self.topic_partitions < 1:
             raise ValueError(f"--partitions must be at least 1, not {self.topic_partitions}")
         if self.replication_factor is not None and self.replication_factor < 1:

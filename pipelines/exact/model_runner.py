@@ -6,7 +6,6 @@ checkpoint it. No Beam here: the stateful DoFn of
 
 from __future__ import annotations
 
-import bisect
 import math
 import time
 from typing import Callable, NamedTuple
@@ -16,6 +15,8 @@ import numpy as np
 from learners import OnlineLearner
 from learners.interactions import NamespacedRows
 from learners.losses import losses_of, prepare_labels
+from pipelines.kafka.spans import DEFAULT_MAX_WAITING, Chain
+from pipelines.records.parts import Part
 from pipelines.records.dead_letters import dead_letter
 from pipelines.records.columnar import EventRows, labelled_values, prediction_values
 from pipelines.records.events import learner_rows
@@ -72,8 +73,9 @@ class ModelRunner:
 
     def __init__(self, model: str, make_learner: Callable[[], OnlineLearner], store: CheckpointStore | None = None,
                  every_events: int | None = None, every_seconds: float | None = None,
-                 labels: LabelSettings | None = None, snapshot: bytes | None = None):
-        self.model, self.store, self.labels = model, store, labels
+                 labels: LabelSettings | None = None, snapshot: bytes | None = None,
+                 max_waiting: int = DEFAULT_MAX_WAITING):
+        self.model, self.store, self.labels, self.max_waiting = model, store, labels, max_waiting
         self.every_events, self.every_seconds = every_events, every_seconds
         self._last_checkpoint = time.monotonic()
         self._last_manifest: dict | None = None
@@ -99,6 +101,10 @@ class ModelRunner:
         self.pending = self._pending(learner.loaded_aux)
         self.metrics = ProgressiveMetrics(learner.loss, **header.get("metrics", {}))
         self._since_checkpoint = int(header.get("since_checkpoint", 0))
+        self.chain = Chain(self.offsets, self.max_waiting)
+        """Applies each partition's parts in offset order; ``offsets`` is its record of what is applied."""
+        self.skipped = 0
+        """Events left out as covered by the state (a replay overlapping it)."""
 
     def snapshot(self) -> bytes:
         """The whole of this model's state (learner, position, events awaiting
@@ -116,36 +122,24 @@ class ModelRunner:
             return None
         return PendingStore.from_arrays(aux, self.labels.ttl_ms, self.labels.max_pending, self.labels.topic)
 
-    def fresh(self, items: list[tuple]) -> list[tuple]:
-        """The (position or message, record) pairs the state does not cover
-        yet; for a batch of one partition (a ModelBatch with a ``source``)
-        the ones from the first offset not covered on, found by bisection."""
-        source = getattr(items, "source", None)
-        if source is None:
-            return [(m, r) for m, r in items if m.offset >= self.offsets.get((m.topic, m.partition), 0)]
-        covered = self.offsets.get(source, 0)
-        if not items or items[0][0].offset >= covered:
-            return items
-        if isinstance(items, EventRows):
-            return items[int(np.searchsorted(items.offsets, covered)):]
-        k = bisect.bisect_left(items, covered, key=lambda item: item[0].offset)
-        return type(items)(items[k:], start=items.start, source=source)
-
-    def _covered(self, items: list[tuple]) -> None:
-        source = getattr(items, "source", None)
-        if isinstance(items, EventRows):
-            self.offsets.update(items.covered())
-            return
-        if source is not None and items:  # one partition, in offset order: the last offset says it all
-            self.offsets[source] = items[-1][0].offset + 1
-            return
-        for msg, _ in items:
-            self.offsets[(msg.topic, msg.partition)] = msg.offset + 1
+    def take(self, part: Part) -> list[Part]:
+        """The parts that are now in order, ``part`` and those it let
+        through (:class:`~pipelines.kafka.spans.Chain`), each without what
+        the state covers; SKIP parts too (nothing to apply, but they moved
+        the chain). A replay of what was applied gives nothing."""
+        out = []
+        for ready in self.chain.offer(part.span, part, part.size):
+            if ready.is_replay:
+                continue
+            trimmed = ready.payload.since(ready.since)
+            if trimmed.payload is not None:
+                self.skipped += len(ready.payload.payload) - len(trimmed.payload)
+            out.append(trimmed)
+        return out
 
     def process(self, items: list[tuple]) -> list[dict]:
         """Predict then learn each (position, event) in order; returns one
-        Prediction record per event not already covered by the state (those
-        of :meth:`fresh`, in order). With delayed labels, an unlabelled event
+        Prediction record per event, in order. With delayed labels, an unlabelled event
         waits for its label (or takes the one that came first)."""
         done = self._predict_learn(items)
         if done is None:
@@ -178,11 +172,10 @@ class ModelRunner:
                 for i, ((pos, _), event, row) in enumerate(zip(fresh, events, p["scores"].tolist()))]
 
     def _predict_learn(self, items: list[tuple]) -> tuple[list, list, dict] | None:
-        """Predict then learn the fresh events of ``items``; returns (those
-        items, their events, with any early label (an EventRows: itself),
-        and the columns of their predictions: scores, versions, losses,
-        now_ms), None when none is fresh."""
-        items = self.fresh(items)
+        """Predict then learn the events of ``items``; returns (those items,
+        their events, with any early label (an EventRows: itself), and the
+        columns of their predictions: scores, versions, losses, now_ms),
+        None when there are none."""
         if not items:
             return None
         gathered = items.learner_rows(self.learner) if isinstance(items, EventRows) else None
@@ -209,7 +202,6 @@ class ModelRunner:
             self._hold_unlabelled_rows(items, labelled, versions, now_ms, scores, rows)
         elif self.pending is not None:
             self._hold_unlabelled(items, events, versions, now_ms, scores, rows)
-        self._covered(items)
         self.metrics.count(scores, y, losses)
         self.events += len(items)
         self._since_checkpoint += len(items)
@@ -292,20 +284,25 @@ class ModelRunner:
         """Match the labels of ``items`` to their events and learn from them:
         (what was learned, None if nothing; the Kafka keys of its
         predictions; the label message each answers; dead letters)."""
-        items = self.fresh(items)
         labels = [(record["event_id"], int(millis(record["timestamp"])), record["label"],
                    math.nan if record.get("weight") is None else record["weight"], msg) for msg, record in items]
         found, rows, topics = self.pending.add_labels(labels)
         self.pending.expire()
         learned = self._learn_matched([labels[k] for k in found], rows, topics) if found else None
-        self._covered(items)
         self.labels_learned += len(found)
         self._since_checkpoint += len(items)
-        dead = [dead_letter(msg, reason, detail) for msg, reason, detail in self.pending.drain_unmatched()]
+        dead = self.dropped_labels()
         if learned is None:
             return None, [], [], dead
         keys = [key if key is not None else event_id.encode() for key, event_id in zip(rows.keys, learned.ids)]
         return learned, keys, [labels[k][4] for k in found], dead
+
+    def dropped_labels(self) -> list[dict]:
+        """Dead letters of the labels that left the store without their event
+        (expired: the events topic moved past them)."""
+        if self.pending is None:
+            return []
+        return [dead_letter(msg, reason, detail) for msg, reason, detail in self.pending.drain_unmatched()]
 
     def _learn_matched(self, matched: list[tuple], rows: Rows, topics: list[str]) -> "Learned":
         """Learn from the held events ``rows`` with the labels ``matched``
@@ -362,16 +359,11 @@ class ModelRunner:
         return self._since_checkpoint > 0 or (self.restored_from is None and self.events > 0
                                                and self._last_manifest is None)
 
-    def checkpoint(self, seen: dict[tuple[str, int], int] | None = None) -> dict | None:
+    def checkpoint(self) -> dict | None:
         """Write a checkpoint now (with the events awaiting labels); returns
-        its manifest (None without a store). ``seen``: how far the stream has
-        been delivered to this model's worker, per partition; the model has
-        seen all of its own events below that, so its state covers them even
-        in partitions where it had none (a restart must not skip them)."""
+        its manifest (None without a store)."""
         if self.store is None:
             return None
-        for key, offset in (seen or {}).items():
-            self.offsets[key] = max(self.offsets.get(key, 0), offset)
         aux = self.pending.to_arrays() if self.pending is not None else None
         manifest = self._last_manifest = self.store.save(self.model, self.learner, self.offsets, self.events,
                                                          aux=aux, labels_learned=self.labels_learned)

@@ -11,8 +11,8 @@ from pipelines.beam_io import ReadFromKafkaRanges, WriteToKafka
 from pipelines.config import RunConfig
 from pipelines.kafka.consumer import resolve_ranges
 from pipelines.state.progress import write_run_start
-from pipelines.state.resume import ResumePoint, earliest
-from pipelines.steps import DecodeEvents, EncodeDeadLetters, EncodeRecords
+from pipelines.state.resume import ResumePoint
+from pipelines.steps import DecodeEvents, EncodeDeadLetters, EncodeRecords, model_parts
 
 from .transforms import LearnModels
 
@@ -32,7 +32,7 @@ def _read(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint):
     for topic in filter(None, (cfg.topic, cfg.labels_topic)):
         # The checkpoints decide where to start, never the group's committed offsets (RunConfig.check).
         ranges += resolve_ranges(cfg.bootstrap, topic, bounded=cfg.bounded, group_id=cfg.group_id,
-                                 start_offsets=earliest(point.saved, topic) or None,
+                                 start_offsets=point.starts_of(topic) or None,
                                  consumer_config=cfg.kafka_config, stop_after=cfg.stop_after, use_committed=False)
     if cfg.checkpoint_dir:
         write_run_start(cfg.checkpoint_dir, {(r.topic, r.partition): r.start for r in ranges})
@@ -42,13 +42,11 @@ def _read(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint):
 
 
 def build_exact(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint) -> None:
-    decode = DecodeEvents(cfg, columnar=cfg.columnar_decode)
-    decoded = _read(p, cfg, point) | "Decode" >> beam.ParDo(decode).with_output_types(
-        Keyed).with_outputs(DecodeEvents.DEAD, main="events")
-    learned = decoded.events | "LearnAndPredict" >> beam.ParDo(LearnModels(cfg)).with_input_types(
+    parts = model_parts(_read(p, cfg, point), cfg, DecodeEvents(cfg, columnar=cfg.columnar_decode))
+    learned = parts.parts | "LearnAndPredict" >> beam.ParDo(LearnModels(cfg)).with_input_types(
         Keyed).with_outputs(LearnModels.CHECKPOINTS, main="predictions")
     producer = dict(cfg.kafka_config)
-    (decoded[DecodeEvents.DEAD]
+    (parts.dead
      | "EncodeDeadLetters" >> beam.ParDo(EncodeDeadLetters(cfg.dlq_topic, cfg.registry()))
      # acknowledged one by one: a checkpoint later in the same bundle covers their offsets
      | "WriteDeadLetters" >> WriteToKafka(cfg.bootstrap, cfg.dlq_topic, producer_config=producer, flush_each=True))

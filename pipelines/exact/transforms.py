@@ -1,9 +1,11 @@
 """The exact-mode pipeline's Beam transforms.
 
     Kafka events ─► ReadFromKafka ─► DecodeEvents ─bad─► dead letters ─► <topic>.dlq
-                                         │ (model, [(message, event), ...])
-                                         ▼
-                                   LearnModels (stateful, keyed by model)
+                                         │ (model, Part)   │ manifests
+                                         │                 ▼
+                                         │        SequenceParts (keyed by partition): SKIP parts
+                                         ▼                 │ (model, Part)
+                                   LearnModels (stateful, keyed by model; each partition in offset order)
                                      │ produces predictions │ checkpoint headers
                                      ▼ (flushed before      ▼
                               predictions topic   each   checkpoint topic (compacted)
@@ -20,10 +22,9 @@ import logging
 import random
 import sys
 import time
-import uuid
 
 import apache_beam as beam
-from apache_beam.coders import VarIntCoder
+from apache_beam.coders import BytesCoder, VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
@@ -35,8 +36,8 @@ from pipelines.kafka.transactions import TransactionalOutput
 from pipelines.records.dead_letters import dead_letter_message
 from pipelines.records.columnar import prediction_keys_of
 from pipelines.state.checkpoints import CheckpointStore, checkpoint_record
-from pipelines.state.progress import write_worker
-from pipelines.steps import NAMESPACE, Kept, KeptCoder, LabelBatch
+from pipelines.records.parts import EVENTS, LABELS, Part, waiting_report
+from pipelines.steps import NAMESPACE, WAITING_CLASSES, Kept, KeptCoder, pickle_sharing, unpickle_sharing
 
 from .model_runner import LabelSettings, ModelRunner
 
@@ -44,8 +45,10 @@ log = logging.getLogger(__name__)
 
 
 class LearnModels(beam.DoFn):
-    """Stateful, keyed by model name: one :class:`ModelRunner` per model, so
-    each model sees its events in arrival (offset) order. Produces the
+    """Stateful, keyed by model name: one :class:`ModelRunner` per model,
+    which applies each partition's parts in offset order whatever order the
+    runner delivers them in (a part that comes early waits in the key's
+    state; one applied before is dropped and counted). Produces the
     Prediction records to the predictions topic itself, and emits
     ModelCheckpoint headers (tag ``checkpoints``) every N events / T seconds
     and when the input ends.
@@ -65,6 +68,8 @@ class LearnModels(beam.DoFn):
     CHECKPOINTS = "checkpoints"
     MODEL = ReadModifyWriteStateSpec("model", KeptCoder())
     GENERATION = ReadModifyWriteStateSpec("generation", VarIntCoder())
+    WAITING = ReadModifyWriteStateSpec("waiting", BytesCoder())
+    """The model's parts that came before an earlier one (pickled; written when they change)."""
     END = TimerSpec("end", TimeDomain.WATERMARK)
     """Set at the end of the global window: fires when the input is done, for
     runs that end (bounded, or unbounded with a stop). The FnApiRunner fires
@@ -87,13 +92,13 @@ class LearnModels(beam.DoFn):
         self.dlq: KafkaWriter | None = None
         self.predictions = Metrics.counter(NAMESPACE, "predictions")
         self.resent = Metrics.counter(NAMESPACE, "predictions_not_resent")
-        # Events at offsets the model's state already covers: a replay after a
-        # restore, or a runner that reordered a partition (a loss: reported).
+        # Events at offsets the model's state already covers (a replay that
+        # overlaps a restored checkpoint), and whole batches applied before
+        # (a runner's retry, a replay): both left out, counted.
         self.skipped = Metrics.counter(NAMESPACE, "skipped_as_covered")
         self.outputs: dict[str, TransactionalOutput] = {}  # model -> its writer, with --exactly-once
         self.fired_at: dict[str, int] = {}  # model -> its event count when END last fired
-        self.seen: dict[tuple[str, int], int] = {}  # (topic, partition) -> next offset, over all models here
-        self.worker = uuid.uuid4().hex[:12]  # names this worker's progress file
+        self.replayed = Metrics.counter(NAMESPACE, "replayed_batches")
         self.started = time.monotonic()
         self.last_report = self.started
         # Compile the learner's kernels now, before the source starts its clock
@@ -101,11 +106,12 @@ class LearnModels(beam.DoFn):
         warm = cfg.learner.make()
         warm.learn([{}], [float("nan")])
 
-    def _runner(self, model: str, saved, generation) -> ModelRunner:
+    def _runner(self, model: str, saved, generation, waiting) -> ModelRunner:
         """This key's model: the one in memory if it is the newest the state
         store holds (same generation), else the store's (a restored job, or
-        a runner that gave the key to another instance meanwhile), else the
-        newest checkpoint file, else fresh."""
+        a runner that gave the key to another instance meanwhile) with the
+        parts waiting for an earlier one, else the newest checkpoint file,
+        else fresh."""
         runner = self.runners.get(model)
         if runner is not None and runner.generation == (generation.read() or 0):
             return runner
@@ -120,31 +126,59 @@ class LearnModels(beam.DoFn):
             labels = LabelSettings(cfg.labels_topic, cfg.label_ttl * 1000.0, cfg.max_pending) if cfg.labels_topic \
                 else None
             runner = ModelRunner(model, cfg.learner.make, self.store, cfg.checkpoint_every, cfg.checkpoint_seconds,
-                                 labels, snapshot=stored)
+                                 labels, snapshot=stored, max_waiting=cfg.max_waiting)
+            early = waiting.read()
+            if early:
+                runner.chain.restore_waiting(unpickle_sharing(early, {}, WAITING_CLASSES))
             if stored is not None:
-                log.warning("model %r restored from the runner's state (%d events)", model, runner.events)
+                log.warning("model %r restored from the runner's state (%d events, %d parts waiting)", model,
+                            runner.events, len(runner.chain))
             elif runner.restored_from:
                 log.warning("model %r restored from %s (%d events)", model, runner.restored_from, runner.events)
         self.runners[model] = runner
         return runner
 
     @staticmethod
-    def _keep(runner: ModelRunner, saved, generation) -> None:
+    def _keep(runner: ModelRunner, saved, generation, waiting) -> None:
         """The model into the runner's state store (encoded when the bundle
-        commits, so once per bundle): a runner that restores a checkpoint of
-        its own (Flink) restores the model with the input position, as one."""
+        commits, so once per bundle), and the parts waiting for an earlier
+        one when they changed: a runner that restores a checkpoint of its
+        own (Flink) restores the model with the input position, as one."""
         # A fresh random tag, not a counter: another instance of this DoFn in
         # the same worker may hold an older history of the key that reached
         # the same count.
         runner.generation = random.getrandbits(62) | 1
         generation.write(runner.generation)
         saved.write(Kept(runner, runner.snapshot, runner.approx_bytes()))
+        if runner.chain.changed:
+            runner.chain.changed = False
+            items = runner.chain.waiting_items()
+            if items:
+                waiting.write(pickle_sharing(items, {}))
+            else:
+                waiting.clear()
 
     def process(self, element, saved=beam.DoFn.StateParam(MODEL), generation=beam.DoFn.StateParam(GENERATION),
-                end=beam.DoFn.TimerParam(END)):
-        model, items = element
-        runner = self._runner(model, saved, generation)
-        if isinstance(items, LabelBatch):
+                waiting=beam.DoFn.StateParam(WAITING), end=beam.DoFn.TimerParam(END)):
+        model, part = element
+        runner = self._runner(model, saved, generation, waiting)
+        replayed, skipped = runner.chain.replayed, runner.skipped
+        for ready in runner.take(part):
+            self._apply(model, runner, ready)
+        self.replayed.inc(runner.chain.replayed - replayed)
+        self.skipped.inc(runner.skipped - skipped)
+        if self.cfg.bounded or self.cfg.stop_after is not None:
+            end.set(GlobalWindow().max_timestamp())
+        self._gauges(model, runner)
+        if runner.checkpoint_due():
+            yield from self._checkpoint(runner)
+        self._keep(runner, saved, generation, waiting)
+        self._report()
+
+    def _apply(self, model: str, runner: ModelRunner, part: Part) -> None:
+        """Learn from one part that is in order, and write what it answers."""
+        items = part.payload
+        if part.kind == LABELS:
             if self.cfg.columnar_encode:
                 predictions, keys, answering, dead = runner.process_labels_encoded(items, self.codec,
                                                                                    self.cfg.predictions_topic)
@@ -152,31 +186,24 @@ class LearnModels(beam.DoFn):
                 predictions, keys, answering, dead = runner.process_labels(items)
                 predictions = self._encoded(predictions)
             self._dead_letters(dead)
-        else:
-            fresh = runner.fresh(items)
-            if len(fresh) < len(items):
-                self.skipped.inc(len(items) - len(fresh))
+        elif part.kind == EVENTS:
             if self.cfg.columnar_encode:
-                predictions = runner.process_encoded(fresh, self.codec, self.cfg.predictions_topic)
+                predictions = runner.process_encoded(items, self.codec, self.cfg.predictions_topic)
             else:
-                predictions = self._encoded(runner.process(fresh))
-            keys = prediction_keys_of(fresh)
-            answering = [position for position, _ in fresh] if self.cfg.exactly_once else []
-        self._saw(items)
-        if self.cfg.bounded or self.cfg.stop_after is not None:
-            end.set(GlobalWindow().max_timestamp())
-        self._write_predictions(model, items, predictions, keys, answering)
-        self._gauges(model, runner)
-        if runner.checkpoint_due():
-            yield from self._checkpoint(runner)
-        self._keep(runner, saved, generation)
-        self._report()
+                predictions = self._encoded(runner.process(items))
+            keys = prediction_keys_of(items)
+            answering = [position for position, _ in items] if self.cfg.exactly_once else []
+            self._dead_letters(runner.dropped_labels())  # labels the events topic moved past
+        else:  # SKIP: nothing of this model in those offsets
+            return
+        self._write_predictions(model, part, predictions, keys, answering)
 
     def _encoded(self, records: list[dict]) -> list[bytes]:
         encode, topic = self.codec.encode, self.cfg.predictions_topic
         return [encode("scinol.Prediction", p, topic) for p in records]
 
-    def _write_predictions(self, model: str, items, predictions: list[bytes], keys: list, answering: list) -> None:
+    def _write_predictions(self, model: str, part: Part, predictions: list[bytes], keys: list,
+                           answering: list) -> None:
         """Predictions (encoded Kafka values) to Kafka: queued on the shared
         producer (at least once), or with ``exactly_once`` in one transaction
         per batch that also records the batch's input offsets as answered,
@@ -188,10 +215,7 @@ class LearnModels(beam.DoFn):
         out = self._transactional(model)
         messages = [(value, key) for value, key, msg in zip(predictions, keys, answering)
                     if not out.already_written(msg.topic, msg.partition, msg.offset)]
-        inputs = {}
-        for msg, _ in items:
-            inputs[(msg.topic, msg.partition)] = max(inputs.get((msg.topic, msg.partition), 0), msg.offset + 1)
-        out.commit(messages, inputs)
+        out.commit(messages, {part.span.stream: part.span.end})
         self.predictions.inc(len(messages))
         self.resent.inc(len(predictions) - len(messages))
 
@@ -219,16 +243,8 @@ class LearnModels(beam.DoFn):
                 record, self.codec.encode("scinol.DeadLetter", record, self.cfg.dlq_topic)))
         Metrics.counter(NAMESPACE, "dead_letters").inc(len(records))
 
-    def _saw(self, items) -> None:
-        """A model's part of batch k reaches this step after every model's
-        part of the earlier batches of its partition, so each model here has
-        seen all of its own events below the batch's first offset. (Not below
-        the batch's end: other models' parts of this batch may still come.)"""
-        for msg, _ in items[:1]:
-            key = (msg.topic, msg.partition)
-            self.seen[key] = max(self.seen.get(key, 0), items.start)
-
     def _gauges(self, model: str, runner: ModelRunner) -> None:
+        Metrics.gauge(NAMESPACE, f"waiting_messages_{model}").set(runner.chain.waiting_messages)
         if runner.labelled:  # gauges hold integers: parts per million
             Metrics.gauge(NAMESPACE, f"mean_loss_ppm_{model}").set(int(runner.mean_loss * 1e6))
             if runner.accuracy is not None:
@@ -239,18 +255,14 @@ class LearnModels(beam.DoFn):
             Metrics.gauge(NAMESPACE, f"pending_expired_{model}").set(runner.pending.expired_events)
 
     def _checkpoint(self, runner: ModelRunner):
-        """Checkpoint ``runner``, and any model here never checkpointed yet,
-        recording how far this worker has seen each partition (a model covers
-        its own events below that, even where it had none); then this
-        worker's progress file, the floor a restart starts from
-        (:mod:`pipelines.state.progress`)."""
+        """Checkpoint ``runner``, and any model here never checkpointed yet
+        (a restart reads a partition from the run's start for a model that
+        had parts of it and has no checkpoint: :mod:`pipelines.state.progress`)."""
         self._flush()  # the predictions and dead letters the checkpoints cover are in Kafka first
         for other in self.runners.values():
             if other is not runner and other.never_saved:
-                yield beam.pvalue.TaggedOutput(self.CHECKPOINTS, checkpoint_record(other.checkpoint(self.seen)))
-        yield beam.pvalue.TaggedOutput(self.CHECKPOINTS, checkpoint_record(runner.checkpoint(self.seen)))
-        # Every model here has a checkpoint now: no restart needs to read below this again.
-        write_worker(self.cfg.checkpoint_dir, self.worker, self.seen)
+                yield beam.pvalue.TaggedOutput(self.CHECKPOINTS, checkpoint_record(other.checkpoint()))
+        yield beam.pvalue.TaggedOutput(self.CHECKPOINTS, checkpoint_record(runner.checkpoint()))
 
     def _flush(self):
         self.writer.flush()
@@ -269,15 +281,22 @@ class LearnModels(beam.DoFn):
 
     @on_timer(END)
     def at_end(self, key=beam.DoFn.KeyParam, end=beam.DoFn.TimerParam(END), saved=beam.DoFn.StateParam(MODEL),
-               generation=beam.DoFn.StateParam(GENERATION)):
-        runner = self._runner(key, saved, generation)
-        if self.fired_at.get(key) != runner.events:  # new events since the last firing: not the end yet
-            self.fired_at[key] = runner.events
+               generation=beam.DoFn.StateParam(GENERATION), waiting=beam.DoFn.StateParam(WAITING)):
+        runner = self._runner(key, saved, generation, waiting)
+        progress = (runner.events, runner.labels_learned, sum(runner.offsets.values()))
+        if self.fired_at.get(key) != progress:  # something new since the last firing: not the end yet
+            self.fired_at[key] = progress
             end.set(GlobalWindow().max_timestamp())
             return
+        if runner.chain.waiting_messages:
+            # The input is done (or quiet) and parts still wait for offsets that never came: say which;
+            # the run's summary fails on the gauge if they still wait when it ends.
+            log.warning("model %r: %s", key, waiting_report(runner.chain))
+            end.set(GlobalWindow().max_timestamp())
+        self._gauges(key, runner)
         if self.store is not None and runner.unsaved:
             yield from self._checkpoint(runner)
-            self._keep(runner, saved, generation)
+            self._keep(runner, saved, generation, waiting)
         self._report(force=True)
 
     def _report(self, force: bool = False):

@@ -461,23 +461,21 @@ class EventRows(Sequence):
     keys. It reads as a list of (Position, :class:`ColumnarEvent`) pairs,
     made on demand, so a step that needs the pairs gets them; the learning
     steps read the arrays and make none. It crosses Beam's steps as those
-    arrays (the columns pickled once). ``start``: the first offset of the
-    whole batch (every model's parts of earlier batches of the partition
-    reach a keyed step before this one); ``source``: (topic, partition)."""
+    arrays (the columns pickled once). ``source``: (topic, partition)."""
 
-    __slots__ = ("cols", "rows", "offsets", "keys", "start", "source")
+    __slots__ = ("cols", "rows", "offsets", "keys", "source")
 
-    def __init__(self, cols: EventColumns, rows: np.ndarray, offsets: np.ndarray, keys: list, start: int,
+    def __init__(self, cols: EventColumns, rows: np.ndarray, offsets: np.ndarray, keys: list,
                  source: tuple[str, int]):
         self.cols, self.rows, self.offsets, self.keys = cols, rows, offsets, keys
-        self.start, self.source = start, source
+        self.source = source
 
     def __len__(self) -> int:
         return self.rows.shape[0]
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return EventRows(self.cols, self.rows[i], self.offsets[i], self.keys[i], self.start, self.source)
+            return EventRows(self.cols, self.rows[i], self.offsets[i], self.keys[i], self.source)
         return Position(*self.source, int(self.offsets[i]), self.keys[i]), ColumnarEvent(self.cols, int(self.rows[i]))
 
     def __iter__(self):
@@ -487,7 +485,7 @@ class EventRows(Sequence):
             yield Position(topic, partition, o, k), ColumnarEvent(cols, i)
 
     def __reduce__(self):
-        return EventRows, (self.cols, self.rows, self.offsets, self.keys, self.start, self.source)
+        return EventRows, (self.cols, self.rows, self.offsets, self.keys, self.source)
 
     def learner_rows(self, learner):
         """(rows, y) as :meth:`ColumnarEvent.learner_rows` gives them for
@@ -522,7 +520,7 @@ class EventRows(Sequence):
         for code in found[np.argsort(first)].tolist():
             rows = index[codes == code] if found.shape[0] > 1 else index
             out.append((cols.models[code], EventRows(cols, rows, offsets[rows], [batch[i].key for i in rows.tolist()],
-                                                     batch[0].offset, (batch[0].topic, batch[0].partition))))
+                                                     (batch[0].topic, batch[0].partition))))
         return out
 
 

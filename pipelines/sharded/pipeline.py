@@ -15,8 +15,8 @@ from pipelines.beam_io import ReadFromKafkaRanges, WriteToKafka
 from pipelines.config import RunConfig
 from pipelines.kafka.consumer import UNBOUNDED_STOP, resolve_ranges
 from pipelines.records.feedback import feedback_batches
-from pipelines.state.resume import ResumePoint, earliest
-from pipelines.steps import EncodeDeadLetters, EncodeRecords
+from pipelines.state.resume import ResumePoint
+from pipelines.steps import EncodeDeadLetters, EncodeRecords, Keyed, model_parts, reorder
 
 from .protocol import FeedbackWatch, label_partition
 from .transforms import (CombineStep, DecodeShardedInput, FeedbackFaults, RouteEvents, ShardedRun, ShardStep,
@@ -75,12 +75,12 @@ def build_sharded(p: beam.Pipeline, cfg: RunConfig, resume: ResumePoint) -> Shar
         log.warning("resuming %s from checkpoint cuts %s at offsets %s", cfg.topic, resume.models, resume.starts)
     # The checkpoint cuts decide where to start, never the group's committed offsets (RunConfig.check).
     events = resolve_ranges(cfg.bootstrap, cfg.topic, bounded=cfg.bounded, group_id=cfg.group_id,
-                            start_offsets=resume.starts or None, consumer_config=cfg.kafka_config,
+                            start_offsets=resume.starts_of(cfg.topic) or None, consumer_config=cfg.kafka_config,
                             stop_after=cfg.stop_after, use_committed=False)
     labels = []
     if cfg.labels_topic:  # from the offsets the cuts' shard 0 covers: the Router skips what its part holds
         labels = resolve_ranges(cfg.bootstrap, cfg.labels_topic, bounded=cfg.bounded, group_id=cfg.group_id,
-                                start_offsets=earliest(resume.saved, cfg.labels_topic) or None,
+                                start_offsets=resume.starts_of(cfg.labels_topic) or None,
                                 consumer_config=cfg.kafka_config, stop_after=cfg.stop_after, use_committed=False)
     run = ShardedRun(uuid.uuid4().hex, resume.models, cfg.feedback_faults or FeedbackFaults())
     feedback = feedback_range(cfg, events, run.run_id, labels)
@@ -90,16 +90,14 @@ def build_sharded(p: beam.Pipeline, cfg: RunConfig, resume: ResumePoint) -> Shar
         cfg.bootstrap, events + labels + [feedback], group_id=cfg.group_id, consumer_config=consumer,
         max_batch=cfg.max_batch, checkpoint_seconds=cfg.read_call_seconds)
     # Output type hints give the keyed steps deterministic key coders.
-    Keyed, ShardKeyed = typing.Tuple[str, typing.Any], typing.Tuple[typing.Tuple[str, int], typing.Any]
-    decoded = batches | "Decode" >> beam.ParDo(DecodeShardedInput(cfg, columnar=cfg.columnar_decode)).with_output_types(
-        Keyed).with_outputs(DecodeShardedInput.DEAD, main="inputs")
-    (decoded.inputs
-     | "Route" >> beam.ParDo(RouteEvents(cfg, run)).with_output_types(ShardKeyed)
-     | "Shards" >> beam.ParDo(ShardStep(cfg, run)).with_output_types(Keyed)
-     | "Combine" >> beam.ParDo(CombineStep(cfg, run)))
+    ShardKeyed = typing.Tuple[typing.Tuple[str, int], typing.Any]
+    parts = model_parts(batches, cfg, DecodeShardedInput(cfg, columnar=cfg.columnar_decode))
+    slices = parts.parts | "Route" >> beam.ParDo(RouteEvents(cfg, run)).with_output_types(ShardKeyed)
+    partials = reorder(slices, cfg, "Slices") | "Shards" >> beam.ParDo(ShardStep(cfg, run)).with_output_types(Keyed)
+    reorder(partials, cfg, "Partials") | "Combine" >> beam.ParDo(CombineStep(cfg, run))
 
     producer = dict(cfg.kafka_config)
-    dead = decoded[DecodeShardedInput.DEAD]
+    dead = parts.dead
     (dead
      | "EncodeDeadLetters" >> beam.ParDo(EncodeDeadLetters(cfg.dlq_topic, cfg.registry()))
      # acknowledged one by one: a checkpoint cut made later in the bundle covers their offsets

@@ -47,7 +47,9 @@ from learners.state import LearnerState
 from learners.interactions import expand
 from learners.losses import losses_of
 from pipelines.records.dead_letters import dead_letter
+from pipelines.kafka.spans import DEFAULT_MAX_WAITING, Chain, Span
 from pipelines.records.feedback import FeedbackColumns, FeedbackReader, feedback_batches
+from pipelines.records.parts import EVENTS, LABELS, Part
 from pipelines.records.events import learner_rows
 from pipelines.kafka.consumer import KafkaMessage, StopRule
 from pipelines.records.columnar import (ColumnarEvent, EventColumns, EventRows, LabelledEvent, prediction_keys_of,
@@ -88,6 +90,28 @@ class Partials(NamedTuple):
     sums: np.ndarray
     heads: list | None
     cut: int = 0  # see Slices.cut
+
+
+SLICES, PARTIALS = "slices", "partials"
+"""The kinds of the parts the route step sends the shards (beside FEEDBACK) and the shards the combine step."""
+
+
+class Outbox:
+    """Numbers what one keyed step sends each of the keys it feeds (the
+    route step: a model's K shards; a shard: its model's combine step) as
+    consecutive one-offset spans of a stream of its own, so the receiver
+    applies them in the order they were sent (a :class:`Chain`) whatever
+    order the runner delivers them in, and drops a repeat."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.sent: dict[int, int] = {}
+
+    def stamp(self, kind: str, payload, stream: int) -> Part:
+        """``payload`` as the next part of this sender's stream number ``stream``."""
+        at = self.sent.get(stream, 0)
+        self.sent[stream] = at + 1
+        return Part(Span(self.name, stream, at, at + 1, 0), kind, payload)
 
 
 def label_partition(partition: int) -> int:
@@ -132,7 +156,7 @@ class Router:
 
     def __init__(self, n_shards: int, hasher, bias: bool, seq: int = 0,
                  offsets: dict[tuple[str, int], int] | None = None, interactions: tuple[str, ...] = (),
-                 pending: PendingStore | None = None):
+                 pending: PendingStore | None = None, max_waiting: int = DEFAULT_MAX_WAITING):
         self.n_shards, self.hasher, self.bias = n_shards, hasher, bias
         self.pending = pending
         if pending is not None:
@@ -144,14 +168,29 @@ class Router:
         self.offsets = dict(offsets or {})
         """Next offset per (topic, partition) already in the sequence: events
         before it were learned before a restart and are skipped."""
+        self.chain = Chain(self.offsets, max_waiting)
+        """Takes each partition's parts (events, labels, feedback) in offset order; keeps ``offsets``."""
+        self.outbox = Outbox("route")  # a stream to each shard
 
-    def route(self, items) -> tuple[list[list[Slices]], list]:
-        """(slices per shard, positions skipped as already learned) for a
-        batch of (Position, event) pairs or an :class:`EventRows`."""
-        items, skipped = self._fresh(items)
+    def take(self, part: Part) -> tuple[list[Part], list]:
+        """(the parts now in order, ``part`` and those it let through, each
+        without what was routed before a restart; the positions of the
+        events and labels left out as routed before, whole replays included)."""
+        ready_parts, skipped = [], []
+        for ready in self.chain.offer(part.span, part, part.size):
+            whole = ready.payload
+            kept = whole.since(ready.since)
+            if whole.kind in (EVENTS, LABELS) and len(kept.payload) < len(whole.payload):
+                skipped += [pos for pos, _ in whole.payload[:len(whole.payload) - len(kept.payload)]]
+            if not ready.is_replay:
+                ready_parts.append(kept)
+        return ready_parts, skipped
+
+    def route(self, items) -> list[list[Slices]]:
+        """Slices per shard for a batch of (Position, event) pairs or an :class:`EventRows`."""
         per_shard: list[list[Slices]] = [[] for _ in range(self.n_shards)]
         if not items:
-            return per_shard, skipped
+            return per_shard
         if self.pending is not None:
             items = self._with_early_labels(items)
         if isinstance(items, EventRows):  # arrays all the way: no object per event
@@ -166,13 +205,12 @@ class Router:
         if isinstance(items, EventRows):
             if self.pending is not None:
                 self._hold_rows(items, indptr, coords, data, learning)
-            self.offsets.update(items.covered())
         else:
             self._take_in(items, indptr, coords, data, learning)
         self._split(per_shard, ids, indptr, coords, data, learning, items)
         if self.pending is not None:
             self.pending.expire()
-        return per_shard, skipped
+        return per_shard
 
     def _with_early_labels(self, items):
         """``items`` with the labels that came before their events put in
@@ -193,7 +231,7 @@ class Router:
             if early.weight == early.weight:  # NaN: the label brings no weight, the event's stays
                 weight[r], has_weight[r] = early.weight, True
         cols = dataclasses.replace(cols, label=label, has_label=has_label, weight=weight, has_weight=has_weight)
-        return EventRows(cols, items.rows, items.offsets, items.keys, items.start, items.source)
+        return EventRows(cols, items.rows, items.offsets, items.keys, items.source)
 
     def _hold_rows(self, items: EventRows, indptr, coords, data, learning) -> None:
         """:meth:`_hold` for the unlabelled events of an EventRows, as
@@ -211,25 +249,13 @@ class Router:
             *items.source, items.offsets[wait], [items.keys[i] for i in wait.tolist()])
 
     def _take_in(self, items: list, indptr, coords, data, learning) -> None:
-        """Note each event's offset as routed; keep the unlabelled ones for their labels."""
+        """Keep the unlabelled events of (Position, event) pairs for their labels."""
+        if self.pending is None:
+            return
         for i, (pos, event) in enumerate(items):
-            if not learning[i] and self.pending is not None:
+            if not learning[i]:
                 lo, hi = indptr[i], indptr[i + 1]
                 self._hold(pos, event, coords[lo:hi], data[lo:hi])
-            self.offsets[(pos.topic, pos.partition)] = pos.offset + 1
-
-    def _fresh(self, items) -> tuple[list, list]:
-        """(the items not learned before a restart, the positions of those that were)."""
-        if isinstance(items, EventRows):
-            k = int(np.searchsorted(items.offsets, self.offsets.get(items.source, 0)))  # in offset order
-            return (items[k:], [pos for pos, _ in items[:k]]) if k else (items, [])
-        fresh, skipped = [], []
-        for pos, event in items:
-            if pos.offset < self.offsets.get((pos.topic, pos.partition), 0):
-                skipped.append(pos)
-            else:
-                fresh.append((pos, event))
-        return fresh, skipped
 
     def mark_cut(self, per_shard) -> dict:
         """Ask for a checkpoint cut at the last event routed (the flag rides
@@ -288,13 +314,10 @@ class Router:
         event waits routes the event again, labelled, under the next
         sequence number; labels that cannot be used are dead letters with
         the exact mode's reasons; the others wait for their event (or were
-        taken in before a restart)."""
+        taken in before a restart: :meth:`take` leaves those out)."""
         per_shard: list[list[Slices]] = [[] for _ in range(self.n_shards)]
         unrouted, heads = [], []
         for msg, record in items:
-            if msg.offset < self.offsets.get((msg.topic, msg.partition), 0):
-                unrouted.append(msg)  # taken in before a restart
-                continue
             weight = math.nan if record.get("weight") is None else record["weight"]
             match = self.pending.add_label(record["event_id"], int(millis(record["timestamp"])), record["label"],
                                            weight, msg)
@@ -304,7 +327,6 @@ class Router:
                 self.pending.dropped.clear()
             else:
                 unrouted.append(msg)
-            self.offsets[(msg.topic, msg.partition)] = msg.offset + 1
         if heads:
             held = [h.match.event for h in heads]
             indptr = np.zeros(len(heads) + 1, dtype=np.int64)
@@ -313,8 +335,11 @@ class Router:
                         np.concatenate([e.indices for e in held]).astype(np.int64),
                         np.concatenate([e.values for e in held]).astype(np.float64), np.ones(len(heads), dtype=bool),
                         heads)
-        dead = [dead_letter(msg, reason, detail) for msg, reason, detail in self.pending.drain_unmatched()]
-        return per_shard, dead, unrouted
+        return per_shard, self.dropped_labels(), unrouted
+
+    def dropped_labels(self) -> list[dict]:
+        """Dead letters of the labels that left the store without their event."""
+        return [dead_letter(msg, reason, detail) for msg, reason, detail in self.pending.drain_unmatched()]
 
 
     def _rows(self, events):
@@ -381,6 +406,9 @@ class ShardRunner:
         self.duplicates = 0
         self.missing: list[tuple[int, str]] = []
         self.unexpected = 0
+        self.inbox = Chain()  # what the route step sent, in the order it sent it
+        self.outbox = Outbox("shard")  # to the combine step: stream number = this shard's
+
 
     @property
     def predicted(self) -> int:
@@ -688,6 +716,7 @@ class Combiner:
         progressive loss) or the Router drops the event."""
 
         self.cut_at: set[int] = set()  # sequence numbers the Router asked a cut at
+        self.inbox = Chain()  # each shard's partial sums in the order it sent them
         self.parts: list[tuple[int, dict]] = []
         """(seq, the predictions held right after event seq): this Combiner's parts of those cuts, to write."""
 
@@ -858,9 +887,11 @@ def state_classes() -> tuple[type, ...]:
     state bytes may name when read back (pipelines.steps.unpickle_sharing)."""
     from collections import OrderedDict
 
-    from pipelines.steps import Position
+    from pipelines.kafka.spans import Early
+    from pipelines.steps import EventBatch, LabelBatch, Position
 
-    return (Router, ShardRunner, Combiner, PartialTable, Cadence, Flight, Slices, Partials, LateHead,
+    return (Router, ShardRunner, Combiner, PartialTable, Cadence, Flight, Slices, Partials, LateHead, Chain, Outbox,
+            Span, Part, Early, EventBatch, LabelBatch, FeedbackColumns,
             Shard, LearnerState, ProgressiveMetrics, PendingStore, Waiting, EarlyLabel, Matched, Source, KafkaMessage,
             Position, ColumnarEvent, LabelledEvent, EventColumns, EventRows, Strings, OrderedDict)
 

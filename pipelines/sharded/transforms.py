@@ -44,15 +44,14 @@ from pipelines.records.dead_letters import dead_letter_message
 from pipelines.records.feedback import FeedbackReader, end_markers, feedback_values
 from pipelines.records.labels import PendingStore
 from pipelines.state.cuts import CutStore
-from pipelines.steps import (NAMESPACE, DecodeEvents, KeptCoder, KeptObjects, LabelBatch, pickle_sharing,
-                             unpickle_sharing)
+from pipelines.records.parts import EVENTS, FEEDBACK, LABELS, Decoded, Part
+from pipelines.steps import NAMESPACE, DecodeEvents, KeptCoder, KeptObjects, pickle_sharing, span_of, unpickle_sharing
 from schemas.codec import DecodeError
 
-from .protocol import Combiner, Partials, Router, ShardRunner, label_partition, state_classes
+from .protocol import PARTIALS, SLICES, Combiner, Partials, Router, ShardRunner, label_partition, state_classes
 
 log = logging.getLogger(__name__)
 
-EVENTS, FEEDBACK, SLICES = "events", "feedback", "slices"
 
 
 class FeedbackFaults(NamedTuple):
@@ -142,31 +141,33 @@ def skip_record(run_id: str, partition: int, offset: int) -> dict:
 
 
 class DecodeShardedInput(DecodeEvents):
-    """Batches from both topics → (model, (EVENTS, [(Position, event)...]))
-    or (model, (FEEDBACK, [FeedbackColumns...])); bad events to the ``dead`` tag."""
+    """Batches from the events, labels and feedback topics →
+    ``((topic, partition), Decoded)``: each model's part (events, labels, or
+    its FeedbackBatch records as (offset, FeedbackColumns) pairs; the
+    records of events with no sequence place, model "", are no model's);
+    bad events and labels to the ``dead`` tag."""
 
     def setup(self):
         super().setup()
         self.feedback_reader = FeedbackReader(self.codec)
 
     def process(self, batch):
-        if batch and batch[0].topic == self.cfg.feedback:
-            by_model: dict[str, list] = {}
-            for msg in batch:
-                try:
-                    part = self.feedback_reader.columns(msg.value)
-                except DecodeError as exc:
-                    Metrics.counter(NAMESPACE, "feedback_undecodable").inc()
-                    log.warning("feedback topic %s[%d] offset %d: %s; ignored", msg.topic, msg.partition,
-                                msg.offset, exc)
-                    continue
-                if part.model:  # not the records of events with no sequence place
-                    by_model.setdefault(part.model, []).append(part)
-            for model, records in by_model.items():
-                yield model, (FEEDBACK, records)
+        if not batch or batch[0].topic != self.cfg.feedback:
+            yield from super().process(batch)
             return
-        for out in super().process(batch):
-            yield out if isinstance(out, beam.pvalue.TaggedOutput) else (out[0], (EVENTS, out[1]))
+        by_model: dict[str, list] = {}
+        for msg in batch:
+            try:
+                part = self.feedback_reader.columns(msg.value)
+            except DecodeError as exc:
+                Metrics.counter(NAMESPACE, "feedback_undecodable").inc()
+                log.warning("feedback topic %s[%d] offset %d: %s; ignored", msg.topic, msg.partition,
+                            msg.offset, exc)
+                continue
+            if part.model:
+                by_model.setdefault(part.model, []).append((msg.offset, part))
+        span = span_of(batch)
+        yield span.stream, Decoded(span, [(model, Part(span, FEEDBACK, records)) for model, records in by_model.items()])
 
 
 class RouteEvents(_Sharded, beam.DoFn):
@@ -178,6 +179,7 @@ class RouteEvents(_Sharded, beam.DoFn):
         self.skips = None
         self.dlq: KafkaWriter | None = None
         self.foreign = Metrics.counter(NAMESPACE, "feedback_other_runs")
+        self.replayed = Metrics.counter(NAMESPACE, "replayed_batches")
 
     def _router(self, model: str, saved, generation) -> Router:
         router = self._stored(model, saved, generation)
@@ -185,9 +187,9 @@ class RouteEvents(_Sharded, beam.DoFn):
             cfg, learner = self.cfg, self.learner
             cut = self.cut(model)
             pending = PendingStore(cfg.label_ttl * 1000.0, cfg.max_pending) if cfg.labels_topic else None
-            router = Router(cfg.shards, learner.hasher, learner.bias,
-                                                  cut.seq if cut else 0, cut.offsets if cut else None,
-                                                  interactions=learner.interactions, pending=pending)
+            router = Router(cfg.shards, learner.hasher, learner.bias, cut.seq if cut else 0,
+                            cut.offsets if cut else None, interactions=learner.interactions, pending=pending,
+                            max_waiting=cfg.max_waiting)
             if cut is not None and pending is not None and cut.head.get("late_labels"):
                 router.restore(*cut.part("router"), cfg.labels_topic)
             elif cut is not None and cut.head.get("late_labels"):
@@ -198,31 +200,43 @@ class RouteEvents(_Sharded, beam.DoFn):
 
     def process(self, element, saved=beam.DoFn.StateParam(_Sharded.STATE),
                 generation=beam.DoFn.StateParam(_Sharded.GENERATION)):
-        model, (kind, payload) = element
-        if kind == FEEDBACK:
-            mine = [part for part in payload if part.run_id == self.run.run_id]
+        model, part = element
+        router = self._router(model, saved, generation)
+        replayed = router.chain.replayed
+        ready, skipped = router.take(part)
+        self.replayed.inc(router.chain.replayed - replayed)
+        if skipped:
+            self._skip(skipped)
+        for part in ready:
+            for s, kind, payload in self._route(model, router, part, saved, generation):
+                yield (model, s), router.outbox.stamp(kind, payload, s)
+        self._keep(model, saved, generation)
+
+    def _route(self, model: str, router: Router, part: Part, saved, generation):
+        """(shard, kind, payload) for each shard of one part that is in order."""
+        if part.kind == FEEDBACK:
+            payload = [cols for _, cols in part.payload]
+            mine = [cols for cols in payload if cols.run_id == self.run.run_id]
             if len(mine) < len(payload):
-                self.foreign.inc(sum(part.n for part in payload if part.run_id != self.run.run_id))
+                self.foreign.inc(sum(cols.n for cols in payload if cols.run_id != self.run.run_id))
             if mine and self.cfg.labels_topic and end_markers(mine):
                 self._end_cut(model, saved, generation)
             if mine:
-                for s in range(self.cfg.shards):
-                    yield (model, s), (FEEDBACK, mine)
+                yield from ((s, FEEDBACK, mine) for s in range(self.cfg.shards))
             return
-        router = self._router(model, saved, generation)
-        if isinstance(payload, LabelBatch):
-            per_shard, dead, skipped = router.route_labels(payload)
+        if part.kind == LABELS:
+            per_shard, dead, unrouted = router.route_labels(part.payload)
             self._dead_letters(dead)
-        else:
-            per_shard, skipped = router.route(payload)
-        if skipped:
-            self._skip(skipped)
+            if unrouted:
+                self._skip(unrouted)
+        elif part.kind == EVENTS:
+            per_shard = router.route(part.payload)
+        else:  # SKIP: nothing of this model in those offsets
+            return
         if router.pending is not None:
+            self._dead_letters(router.dropped_labels())  # labels the events topic moved past
             self._late_labels(model, router, per_shard)
-        self._keep(model, saved, generation)
-        for s, slices in enumerate(per_shard):
-            if slices:
-                yield (model, s), (SLICES, slices)
+        yield from ((s, SLICES, slices) for s, slices in enumerate(per_shard) if slices)
 
     def _late_labels(self, model: str, router: Router, per_shard) -> None:
         """With delayed labels the Router asks for the checkpoint cuts (every
@@ -333,23 +347,29 @@ class ShardStep(_Sharded, beam.DoFn):
 
     def process(self, element, saved=beam.DoFn.StateParam(_Sharded.STATE),
                 generation=beam.DoFn.StateParam(_Sharded.GENERATION)):
-        key, (kind, payload) = element
+        key, part = element
         runner = self._runner(key, saved, generation)
         dup, miss = runner.duplicates, len(runner.missing)
-        if kind == SLICES:
-            partials = runner.add(payload)
-        else:
-            partials = runner.feedback(payload, on_cut=lambda seq: self._save(key, runner, seq))
-            if self.cfg.labels_topic and key[1] == 0 and end_markers(payload):
-                # the combine step writes its part of the last cut too
-                partials = partials + [Partials(runner.applied, -1, np.empty((0, 0)), None)]
+        partials = []
+        for ready in runner.inbox.offer(part.span, part, part.size):  # in the order the route step sent them
+            if not ready.is_replay:
+                partials += self._apply(key, runner, ready.payload)
         if runner.duplicates > dup:
             self.duplicates.inc(runner.duplicates - dup)
         if len(runner.missing) > miss:
             self.missing.inc(len(runner.missing) - miss)
         self._keep(key, saved, generation, runner.approx_bytes())
         if partials:
-            yield key[0], partials
+            yield key[0], runner.outbox.stamp(PARTIALS, partials, key[1])
+
+    def _apply(self, key, runner: ShardRunner, part: Part) -> list[Partials]:
+        if part.kind == SLICES:
+            return runner.add(part.payload)
+        partials = runner.feedback(part.payload, on_cut=lambda seq: self._save(key, runner, seq))
+        if self.cfg.labels_topic and key[1] == 0 and end_markers(part.payload):
+            # the combine step writes its part of the last cut too
+            partials = partials + [Partials(runner.applied, -1, np.empty((0, 0)), None)]
+        return partials
 
     def _save(self, key, runner: ShardRunner, seq: int) -> None:
         if self.store is None:
@@ -403,8 +423,10 @@ class CombineStep(_Sharded, beam.DoFn):
 
     def process(self, element, saved=beam.DoFn.StateParam(_Sharded.STATE),
                 generation=beam.DoFn.StateParam(_Sharded.GENERATION)):
-        model, partials = element
+        model, part = element
         combiner = self._combiner(model, saved, generation)
+        partials = [p for ready in combiner.inbox.offer(part.span, part, part.size) if not ready.is_replay
+                    for p in ready.payload.payload]  # each shard's in the order it sent them
         topic = self.cfg.predictions_topic
         runs = combiner.add(partials, encode_for=(self.codec, topic))
         self._keep(model, saved, generation)

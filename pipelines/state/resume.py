@@ -22,7 +22,7 @@ from typing import NamedTuple
 from . import store as fs
 from .checkpoints import CheckpointStore
 from .cuts import CutStore
-from .progress import floor
+from .progress import restart_offsets
 
 FRESH_START = "start fresh with --from-scratch (the old checkpoints are moved aside) or use another --checkpoint-dir"
 
@@ -41,34 +41,35 @@ class Saved(NamedTuple):
 class ResumePoint(NamedTuple):
     models: dict[str, int]
     """Model -> the event count (exact) or sequence number (sharded) of the state it restarts from."""
-    starts: dict[int, int]
-    """Partition of the events topic -> first offset to read (empty: the default start)."""
+    starts: dict[tuple[str, int], int]
+    """(topic, partition) -> first offset to read (absent: the default start)."""
     saved: list = []
     """The :class:`Saved` states the run would resume from (checked by :func:`check_resume`)."""
 
+    def starts_of(self, topic: str) -> dict[int, int]:
+        """Partition of ``topic`` -> first offset to read."""
+        return {p: offset for (t, p), offset in self.starts.items() if t == topic}
 
-def earliest(saved: list[Saved], topic: str) -> dict[int, int]:
-    """Per partition of ``topic``, the smallest next-offset over the saved states."""
-    starts: dict[int, int] = {}
+
+def earliest(saved: list[Saved]) -> dict[tuple[str, int], int]:
+    """Per (topic, partition), the smallest next-offset over the saved states."""
+    starts: dict[tuple[str, int], int] = {}
     for s in saved:
-        for (t, partition), offset in s.offsets.items():
-            if t == topic:
-                starts[partition] = min(offset, starts.get(partition, offset))
+        for stream, offset in s.offsets.items():
+            starts[stream] = min(offset, starts.get(stream, offset))
     return starts
 
 
 def resume_exact(checkpoint_dir: str | None, topic: str) -> ResumePoint:
     """From the newest valid checkpoint of each model in ``checkpoint_dir``,
-    never past the floor of :mod:`pipelines.state.progress`."""
+    reading each partition from where :func:`pipelines.state.progress.restart_offsets` says."""
     if not checkpoint_dir:
         return ResumePoint({}, {})
     store = CheckpointStore(checkpoint_dir)
     found = [c for c in (store.latest(m) for m in store.models()) if c is not None]
     saved = [Saved(c.path, c.source, c.offsets) for c in found]
-    bound = floor(checkpoint_dir)
-    if bound is not None:
-        saved.append(Saved(fs.join(checkpoint_dir, ".progress"), None, bound))
-    return ResumePoint({c.model: c.event_count for c in found}, earliest(saved, topic), saved)
+    starts = restart_offsets(checkpoint_dir, {c.model: c.offsets for c in found})
+    return ResumePoint({c.model: c.event_count for c in found}, starts, saved)
 
 
 def resume_sharded(checkpoint_dir: str | None, topic: str, n_shards: int) -> ResumePoint:
@@ -88,7 +89,7 @@ def resume_sharded(checkpoint_dir: str | None, topic: str, n_shards: int) -> Res
             continue
         cuts.append((model, cut))
     saved = [Saved(c.path, c.source, c.offsets) for _, c in cuts]
-    return ResumePoint({m: c.seq for m, c in cuts}, earliest(saved, topic), saved)
+    return ResumePoint({m: c.seq for m, c in cuts}, earliest(saved), saved)
 
 
 def source_of(cluster_id: str, topic: str, topic_id: str, partitions: int) -> dict:

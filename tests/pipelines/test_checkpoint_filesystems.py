@@ -105,9 +105,11 @@ def test_progress_floor_and_a_fresh_start_on_a_remote_location(remote):
     where, local = remote
     CheckpointStore(where).save("a", _learned(0), {("events", 0): 50}, 50)
     progress.write_run_start(where, {("events", 0): 0})
-    progress.write_worker(where, "w1", {("events", 0): 30})
+    progress.write_sequenced(where, ("events", 0), 70, ["a", "b"])  # b: a model with no checkpoint yet
     point = resume_exact(where, "events")
-    assert point.models == {"a": 50} and point.starts == {0: 30}  # never past the floor
+    assert point.models == {"a": 50} and point.starts == {("events", 0): 0}  # never past b's events
+    progress.write_sequenced(where, ("events", 0), 70, ["a"])
+    assert resume_exact(where, "events").starts == {("events", 0): 50}
     moved = supersede(where)
     assert moved.startswith(f"{where}/.superseded-")
     assert resume_exact(where, "events").models == {}  # nothing left to resume from

@@ -12,6 +12,7 @@ from learners import make_learner
 from learners.datasets import toy_examples
 from pipelines.state.checkpoints import CheckpointStore
 from pipelines.exact.model_runner import ModelRunner
+from tests.support.parts import feed
 
 
 class Msg(NamedTuple):  # the (topic, partition, offset) part of a Kafka message
@@ -37,7 +38,7 @@ def runner(store=None, every=None):
 def test_predictions_equal_the_in_memory_learner():
     X, y, items = stream(1000)
     r = runner()
-    preds = [p for lo in range(0, 1000, 128) for p in r.process(items[lo:lo + 128])]
+    preds = [p for lo in range(0, 1000, 128) for p in feed(r, items[lo:lo + 128])]
     want = make_learner("scinol2", "logistic").learn(X, y)
     np.testing.assert_array_equal([p["score"] for p in preds], want)
     assert [p["event_id"] for p in preds] == [f"e{i}" for i in range(1000)]
@@ -55,13 +56,13 @@ def test_restart_from_checkpoint_loses_and_repeats_nothing(tmp_path):
     store = CheckpointStore(str(tmp_path), keep=2)
     first = runner(store, every=250)
     for lo in range(0, 700, 100):
-        first.process(items[lo:lo + 100])
+        feed(first, items[lo:lo + 100])
         if first.checkpoint_due():
             first.checkpoint()
     # Killed here: events 600..699 were learned but never checkpointed.
     second = runner(store, every=250)
     assert second.events == 600 and second.offsets == {("events", 0): 600}
-    replay = second.process(items[500:1000])  # the source may hand back already-covered events
+    replay = feed(second, items[500:1000])  # the source may hand back already-covered events
     assert [p["event_id"] for p in replay] == [f"e{i}" for i in range(600, 1000)]
     straight = make_learner("scinol2", "logistic")
     straight.learn(X, y)
@@ -74,9 +75,9 @@ def test_corrupt_newest_checkpoint_falls_back_with_a_warning(tmp_path, caplog):
     _, _, items = stream(300)
     store = CheckpointStore(str(tmp_path))
     r = runner(store)
-    r.process(items[:100])
+    feed(r, items[:100])
     r.checkpoint()
-    r.process(items[100:200])
+    feed(r, items[100:200])
     newest = store.model_dir("m") + "/ckpt-000000000200.scinol"
     r.checkpoint()
     data = open(newest, "rb").read()
@@ -91,7 +92,7 @@ def test_checkpoint_header_describes_the_model(tmp_path):
     _, _, items = stream(50)
     store = CheckpointStore(str(tmp_path))
     r = runner(store)
-    r.process(items)
+    feed(r, items)
     manifest = r.checkpoint()
     assert manifest["model"] == "m" and manifest["learner"] == "scinol2" and manifest["event_count"] == 50
     assert manifest["offsets"] == [{"topic": "events", "partition": 0, "offset": 50}]
@@ -122,13 +123,13 @@ def test_a_snapshot_continues_bit_identically_with_position_and_waiting_events()
     labels = LabelSettings("labels", 3.6e6, 1000)
     make = lambda: make_learner("scinol2", "logistic")  # noqa: E731
     first = ModelRunner("m", make, every_events=500, labels=labels)
-    first.process(items[:400])
+    feed(first, items[:400])
     copy = ModelRunner("m", make, every_events=500, labels=labels, snapshot=first.snapshot())
     assert copy.offsets == first.offsets and copy.events == 400 and copy.generation == first.generation
     assert list(copy.pending.events) == list(first.pending.events) and len(copy.pending.events) > 0
     assert copy.metrics.as_dict() == first.metrics.as_dict()
-    assert copy.process(items[300:]) and copy.process(items[300:]) == []  # covered events are skipped
-    first.process(items[400:])
+    assert feed(copy, items[300:]) and feed(copy, items[300:]) == []  # covered events are skipped
+    feed(first, items[400:])
     np.testing.assert_array_equal(copy.learner.state.arrays["P"], first.learner.state.arrays["P"])
     assert copy.checkpoint_due() == first.checkpoint_due() and copy.metrics.as_dict() == first.metrics.as_dict()
 

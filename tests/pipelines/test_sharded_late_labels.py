@@ -20,7 +20,8 @@ from schemas.reasons import LABEL_DUPLICATE, LABEL_EXPIRED, LABEL_UNKNOWN_EVENT
 from learners.datasets import toy_examples
 from pipelines.records.events import dense_events
 from pipelines.steps import Position
-from tests.pipelines.test_sharded_model import merged_arrays
+from tests.support.parts import route, route_labels
+from tests.support.sharded_loop import merged_arrays
 
 T0 = 1_700_000_000_000
 
@@ -46,10 +47,10 @@ class LateLoop:
         self.predictions, self.dead, self.queue = [], [], []
 
     def events(self, items):
-        self._run(self.router.route(items)[0])
+        self._run(route(self.router, items)[0])
 
     def labels(self, items):
-        per_shard, dead, _ = self.router.route_labels(items)
+        per_shard, dead, _ = route_labels(self.router, items)
         self.dead += dead
         self._run(per_shard)
 
@@ -147,7 +148,7 @@ def test_unknown_expired_and_duplicate_labels_are_dead_letters():
     more = [(pos._replace(offset=400 + i), {**e, "id": f"x{i}", "label": None, "timestamp": T0 + 500_000 + i})
             for i, (pos, e) in enumerate(items[:3])]
     loop.events(more)  # ...which the events topic moves past by more than the TTL
-    _, dead, _ = loop.router.route_labels([])
+    _, dead, _ = route_labels(loop.router, [])
     assert [d["reason"] for d in dead] == [LABEL_UNKNOWN_EVENT]
     assert all(d["topic"] == "labels" for d in loop.dead + dead)
     # The events the Router dropped are forgotten by the Combiner with the next late event.

@@ -11,6 +11,7 @@ from learners.datasets import toy_examples
 from pipelines.records.events import dense_events
 from pipelines.records.feedback import feedback_parts
 from pipelines.steps import Position
+from tests.support.parts import route
 from tests.support.sharded_loop import Loop, merged_arrays
 
 
@@ -99,7 +100,7 @@ def test_partials_in_any_order_and_sent_twice_give_the_same_bits():
     counts once: it neither stands in for a missing shard nor adds twice."""
     _, _, items = stream(12)
     loop = Loop(make_learner("scinol2", "logistic"), 3, staleness=64)  # partials of all 12 without feedback
-    per_shard, _ = loop.router.route(items)
+    per_shard, _ = route(loop.router, items)
     blocks = [p for shard, slices in zip(loop.shards, per_shard) for p in shard.add(slices)]
     assert [(b.shard, b.first, b.sums.shape[0]) for b in blocks] == [(s, 1, 12) for s in range(3)]  # one call each
     partials = [p._replace(first=p.first + i, sums=p.sums[i:i + 1], heads=p.heads and p.heads[i:i + 1])
@@ -188,7 +189,7 @@ def test_a_loop_kept_as_bytes_mid_stream_carries_on_as_the_uninterrupted_one(sta
     first = make_learner("scinol2", "logistic")
     before = Loop(first, 3, staleness)
     for lo in range(0, 150, 16):  # as Loop.run, but stopped with feedback still queued
-        per_shard, _ = before.router.route(items[lo: lo + 16])
+        per_shard, _ = route(before.router, items[lo: lo + 16])
         for shard, slices in zip(before.shards, per_shard):
             before._combine(shard.add(slices))
     assert before.feedback_queue and any(s.in_flight for s in before.shards)
@@ -277,7 +278,7 @@ def test_events_as_arrays_route_shard_and_combine_as_the_pairs_do(staleness, int
         loop.combiner.table.take = lambda n: [kinds.update(map(type, out[1])) or out for out in [take(n)]][0]
         skipped = []
         for batch in batches:
-            per_shard, old = loop.router.route(batch)
+            per_shard, old = route(loop.router, batch, origin=100)
             skipped += old
             for shard, slices in zip(loop.shards, per_shard):
                 loop._combine(shard.add(slices))

@@ -200,7 +200,7 @@ def test_crossed_features_of_compiled_rows_are_read_without_the_per_event_path()
     slot = decoder.hasher.slot
     assert rows.indices[:4].tolist() == [slot(n)[0] for n in ("a^x", "b^y", "z", "a^0")]
     assert rows.data[:4].tolist() == [slot(n)[1] * v for n, v in (("a^x", 1.0), ("b^y", -2.0), ("z", 0.5), ("a^0", 3.0))]
-    batch = EventRows(cols, np.arange(len(events)), np.arange(len(events)), [None] * len(events), 0, ("t", 0))
+    batch = EventRows(cols, np.arange(len(events)), np.arange(len(events)), [None] * len(events), ("t", 0))
     records = [dict(ColumnarEvent(cols, i)) for i in range(len(cols))]
     (got, y), (want, want_y) = batch.learner_rows(learner), learner_rows(records, learner)
     assert [a.tolist() for a in got] == [a.tolist() for a in want] and y.tolist() == want_y.tolist()

@@ -156,7 +156,7 @@ def test_a_batch_of_columnar_events_pickles_as_its_columns_and_comes_back_the_sa
     """How a model's batch crosses Beam's steps (pickled): an EventRows is
     its columns (pickled once, without the Python values cached per
     event) and arrays of row numbers and offsets; it comes back with the
-    same (Position, event) pairs, start and source, and so does a slice."""
+    same (Position, event) pairs and source, and so does a slice."""
     import pickle
 
     from pipelines.records.columnar import EventRows
@@ -164,14 +164,14 @@ def test_a_batch_of_columnar_events_pickles_as_its_columns_and_comes_back_the_sa
     records = random_events(np.random.default_rng(2), 30, "sparse", None, "logistic")
     cols = columnar(records, "logistic", None)[0].cols
     rows = np.arange(0, 30, 2)
-    batch = EventRows(cols, rows, 50 + 2 * rows, [None if i % 4 else b"k%d" % i for i in rows.tolist()], 49, ("ev", 3))
+    batch = EventRows(cols, rows, 50 + 2 * rows, [None if i % 4 else b"k%d" % i for i in rows.tolist()], ("ev", 3))
     assert [(p, dict(e)) for p, e in batch] == [(Position("ev", 3, 50 + 2 * i, None if i % 4 else b"k%d" % i),
                                                  dict(records[i])) for i in rows.tolist()]
     cols.fields()  # cached Python values: one object per event, not to be pickled
     for part in (batch, batch[3:9]):
         data = pickle.dumps(part, pickle.HIGHEST_PROTOCOL)
         back = pickle.loads(data)
-        assert type(back) is EventRows and back.start == 49 and back.source == ("ev", 3)
+        assert type(back) is EventRows and back.source == ("ev", 3)
         assert [(p, dict(e)) for p, e in back] == [(p, dict(e)) for p, e in part]
         assert b"ColumnarEvent" not in data and b"Position" not in data and b"_fields" not in data
 

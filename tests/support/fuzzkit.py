@@ -12,6 +12,7 @@ from apache_beam.pvalue import TaggedOutput
 
 from pipelines.records.dead_letters import MAX_ORIGINAL_BYTES
 from pipelines.beam_io import KafkaMessage
+from pipelines.kafka.spans import Span
 from pipelines.exact.model_runner import ModelRunner
 from pipelines.config import LearnerConfig, RunConfig
 from pipelines.steps import DecodeEvents
@@ -167,7 +168,8 @@ def outcomes(fn, values: list) -> tuple[list[dict], list[tuple]]:
         if isinstance(out, TaggedOutput):
             dead.append(out.value)
         else:
-            events.extend(out[1])
+            for _, part in out[1].parts:
+                events.extend(part.payload)
     return dead, events
 
 
@@ -183,9 +185,11 @@ def step_parts(columnar: bool, values: list, topic: str = "t", item=lambda pair:
         if isinstance(out, TaggedOutput):
             dead.append(out.value)
         else:
-            model, items = out
-            assert items.start == 100 and items.source == (topic, 0)
-            parts.append((model, [item(pair) for pair in items]))
+            stream, decoded = out
+            assert stream == (topic, 0) and decoded.span == Span(topic, 0, 100, 100 + len(values), 100)
+            for model, part in decoded.parts:
+                assert part.span == decoded.span and part.payload.source == (topic, 0)
+                parts.append((model, [item(pair) for pair in part.payload]))
     return dead, parts
 
 

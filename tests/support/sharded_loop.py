@@ -7,6 +7,7 @@ from learners.sharding import ShardedLearner
 from pipelines.records.feedback import feedback_parts
 from pipelines.sharded.protocol import Combiner, Router, ShardRunner
 from pipelines.steps import Position
+from tests.support.parts import route
 
 
 class Loop:
@@ -24,7 +25,7 @@ class Loop:
 
     def run(self, items, batch=16):
         for lo in range(0, len(items), batch):
-            per_shard, _ = self.router.route(items[lo: lo + batch])
+            per_shard, _ = route(self.router, items[lo: lo + batch])
             for shard, slices in zip(self.shards, per_shard):
                 self._combine(shard.add(slices))
             self._deliver()

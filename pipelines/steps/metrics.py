@@ -1,0 +1,3 @@
+"""The Beam metrics namespace of the pipelines' counters and gauges."""
+
+NAMESPACE = "scinol"
