@@ -4,10 +4,12 @@
                               order (the model's *sequence*) and splits each
                               event into K slices by hashed coordinate.
     ShardRunner (per shard)   holds its coordinates' state; predicts its slice
-                              of event t once it has applied the feedback of
-                              every event before t − S (S = max staleness);
-                              keeps the slice and the weights it used until
-                              t's feedback comes back, then updates.
+                              of the events in blocks of S + 1 (S = max
+                              staleness), each block with the state after
+                              every event before it and none of it; keeps the
+                              slices and the weights it used until their
+                              feedback comes back, and applies it once their
+                              block has been predicted whole.
     Combiner (per model)      sums the K partial sums of event t in sequence
                               order: ŷ, the loss, g_t and the global scalars;
                               makes the Prediction and the Feedback record.
@@ -18,6 +20,9 @@ predicts event t with the state after events 1..t−1, exactly as one learner
 would, so the result equals exact mode on the same sequence up to the
 rounding of a dot product split into K partial sums; the Combiner adds
 those in shard order, so a sharded run gives the same bits on every runner.
+With S > 0 the state each event is predicted with is fixed by the sequence
+alone (its block's start), never by when feedback happens to arrive, so the
+bits are the same on every runner and every run too.
 
 Ordering rule: the sequence is the order in which the Router receives the
 model's events. Within one Kafka partition that is offset order. When a
@@ -170,20 +175,25 @@ class Router:
         before it were learned before a restart and are skipped."""
         self.chain = Chain(self.offsets, max_waiting)
         """Takes each partition's parts (events, labels, feedback) in offset order; keeps ``offsets``."""
+        self.restored = dict(self.offsets)
+        """What the state this run began from covers: the events and labels
+        below it get no feedback in this run (their skip records say so)."""
         self.outbox = Outbox("route")  # a stream to each shard
 
     def take(self, part: Part) -> tuple[list[Part], list]:
         """(the parts now in order, ``part`` and those it let through, each
-        without what was routed before a restart; the positions of the
-        events and labels left out as routed before, whole replays included)."""
+        without what was routed before; the positions of the events and
+        labels left out that the state this run began from covers: they get
+        no feedback in this run. A repeat of what this run routed gets none
+        either: its first delivery's feedback is coming)."""
         ready_parts, skipped = [], []
         for ready in self.chain.offer(part.span, part, part.size):
             whole = ready.payload
-            kept = whole.since(ready.since)
-            if whole.kind in (EVENTS, LABELS) and len(kept.payload) < len(whole.payload):
-                skipped += [pos for pos, _ in whole.payload[:len(whole.payload) - len(kept.payload)]]
+            if whole.kind in (EVENTS, LABELS):
+                before = whole.since(self.restored.get(whole.span.stream, whole.span.start))
+                skipped += [pos for pos, _ in whole.payload[:len(whole.payload) - len(before.payload)]]
             if not ready.is_replay:
-                ready_parts.append(kept)
+                ready_parts.append(whole.since(ready.since))
         return ready_parts, skipped
 
     def route(self, items) -> list[list[Slices]]:
@@ -279,6 +289,7 @@ class Router:
         for o in header["offsets"]:
             key = (o["topic"], int(o["partition"]))
             self.offsets[key] = max(self.offsets.get(key, 0), int(o["offset"]))
+            self.restored[key] = self.offsets[key]
 
     def _split(self, per_shard, event_ids: Strings, indptr: np.ndarray, coords: np.ndarray, values: np.ndarray,
                learning: np.ndarray, heads: list) -> None:
@@ -406,6 +417,9 @@ class ShardRunner:
         self.duplicates = 0
         self.missing: list[tuple[int, str]] = []
         self.unexpected = 0
+        self.held: dict[int, tuple[FeedbackColumns, int] | None] = {}
+        """Feedback that came for events whose block is not predicted whole
+        yet (message, row), or None where it never came (given up when its turn comes)."""
         self.inbox = Chain()  # what the route step sent, in the order it sent it
         self.outbox = Outbox("shard")  # to the combine step: stream number = this shard's
 
@@ -415,27 +429,38 @@ class ShardRunner:
         """Sequence number of the last event predicted."""
         return self.in_flight[-1].last if self.in_flight else self.applied
 
-    def add(self, blocks: list[Slices]) -> list[Partials]:
+    def _block_start(self, seq: int) -> int:
+        """The last event before ``seq``'s block: the state ``seq`` is predicted with is the state after it."""
+        return (seq - 1) // (self.staleness + 1) * (self.staleness + 1)
+
+    def add(self, blocks: list[Slices], on_cut=None) -> list[Partials]:
         for block in blocks:
             taken = self.predicted + self.queued + 1 - block.first  # rows of a replay already taken
             if taken < block.n:
                 self.queue.append([block, max(taken, 0)])
                 self.queued += block.n - max(taken, 0)
-        return self._predict_ready()
+        return self._predict_ready(on_cut)
 
-    def _predict_ready(self) -> list[Partials]:
+    def _predict_ready(self, on_cut=None) -> list[Partials]:
+        """Predict what the state allows: the events of a block of S + 1
+        (staleness S) with the state after every event before the block and
+        none of it, in as few compiled calls as the queued slices allow."""
         out = []
         now = time.monotonic()
-        while self.queue and self.predicted - self.applied <= self.staleness:
+        while self.queue:
+            first = self.predicted + 1
+            start = self._block_start(first)
+            self._apply_held(start, on_cut)
+            if self.applied < start:
+                break  # the block before has feedback still to come
             entry = self.queue[0]
             block, lo = entry
-            hi = lo + min(block.n - lo, self.staleness + 1 - (self.predicted - self.applied))
+            hi = lo + min(block.n - lo, start + self.staleness + 1 - first + 1)
             a, b = block.indptr[lo], block.indptr[hi]
             slots = self.shard.local_indices(block.coords[a:b])
             values, indptr, learning = block.values[a:b], block.indptr[lo:hi + 1] - a, block.learning[lo:hi]
             sums, memo = self.algorithm.predict_rows(self.shard.state, indptr, slots, values, self.scalars, learning)
             heads = None if block.heads is None else block.heads[lo:hi]
-            first = block.first + lo
             self.in_flight.append(Flight(first, block.event_ids[lo:hi], indptr, slots, values, memo, learning, heads,
                                          now))
             out.append(Partials(first, self.shard_no, sums, heads, block.cut if first <= block.cut < block.first + hi
@@ -448,57 +473,67 @@ class ShardRunner:
         return out
 
     def feedback(self, parts: list[FeedbackColumns], on_cut=None) -> list[Partials]:
-        """Apply feedback (FeedbackBatch messages as columns,
-        :mod:`pipelines.records.feedback`) in order; returns the partials
-        now predictable. ``on_cut(seq)`` is called right after applying an
-        event's feedback that asks for a checkpoint cut, while the state is
-        exactly the cut's."""
+        """Take feedback (FeedbackBatch messages as columns,
+        :mod:`pipelines.records.feedback`), applied in sequence order once
+        the block of its event has been predicted whole; returns the
+        partials now predictable. ``on_cut(seq)`` is called right after
+        applying an event's feedback that asks for a checkpoint cut, while
+        the state is exactly the cut's."""
         out = []
         for part in parts:
             out += self._feedback(part, on_cut)
-        return out + self._predict_ready()
+        self._apply_held(self._block_start(self.predicted + 1), on_cut)
+        return out + self._predict_ready(on_cut)
 
     def _feedback(self, part: FeedbackColumns, on_cut) -> list[Partials]:
         out = []
-        control, seqs, cuts, i = part.event_ids.empty().tolist(), part.seqs.tolist(), part.checkpoints.tolist(), 0
-        while i < len(seqs):
-            seq = seqs[i]
+        control, seqs, cuts = part.event_ids.empty().tolist(), part.seqs.tolist(), part.checkpoints.tolist()
+        for i, seq in enumerate(seqs):
             if control[i]:  # a control record of the feedback reader (FeedbackWatch)
                 if cuts[i]:  # end of input: nothing more will come
-                    self.give_up_all()
+                    self.give_up_all(on_cut)
                     if on_cut is not None and self.applied:
                         on_cut(self.applied)
                 else:
-                    out += self.expire()
-                i += 1
-                continue
-            if seq <= self.applied:
-                self.duplicates += 1  # already applied (or given up): a redelivery
-                i += 1
-                continue
-            if seq > self.predicted:
+                    out += self.expire(on_cut)
+            elif seq <= self.applied or seq in self.held:
+                self.duplicates += 1  # already applied, given up or held: a redelivery
+            elif seq > self.predicted:
                 self.unexpected += 1  # feedback for an event this shard never predicted
                 log.warning("shard %d: feedback for event #%d (%s) it has not predicted; ignored",
                             self.shard_no, seq, part.event_ids[i])
-                i += 1
-                continue
-            while self.applied + 1 < seq:  # the feedback of events before it never came
-                flight = self.in_flight[0]
-                self._give_up(flight, min(seq, flight.last + 1))
-            end = self._run(control, seqs, cuts, i)
-            self._apply(part, i, end)
-            if cuts[end - 1] and on_cut is not None:
-                on_cut(seqs[end - 1])
-            i = end
+            else:
+                for lost in range(self._known() + 1, seq):  # it comes in order: the ones before never came
+                    self.held[lost] = None
+                self.held[seq] = (part, i)
         return out
 
-    def _run(self, control: list[bool], seqs: list[int], cuts: list[bool], i: int) -> int:
-        """The end of the run of events from row i on that one update call
-        applies: consecutive events of the oldest flight, up to a cut."""
-        last, seq, end = self.in_flight[0].last, seqs[i], i + 1
-        while end < len(seqs) and seq < last and not cuts[end - 1] and not control[end] and seqs[end] == seq + 1:
-            seq, end = seq + 1, end + 1
-        return end
+    def _known(self) -> int:
+        """The last event whose feedback was applied, given up or came."""
+        return max(self.applied, max(self.held, default=0))
+
+    def _apply_held(self, upto: int, on_cut) -> None:
+        """Apply the feedback held for the events up to ``upto``, in order,
+        a run of consecutive rows of one message per compiled call; a gap
+        (feedback that never came) is given up."""
+        while self.applied < upto and self.applied + 1 in self.held:
+            seq = self.applied + 1
+            got = self.held.pop(seq)
+            flight = self.in_flight[0]
+            if got is None:
+                self._give_up(flight, seq + 1)
+                continue
+            part, i = got
+            end = i + 1
+            while seq + end - i <= min(upto, flight.last) and not part.checkpoints[end - 1]:
+                after = self.held.get(seq + end - i)
+                if after is None or after[0] is not part or after[1] != end:
+                    break
+                del self.held[seq + end - i]
+                end += 1
+            self._apply(part, i, end)
+            if part.checkpoints[end - 1] and on_cut is not None:
+                on_cut(int(part.seqs[end - 1]))
 
     def _apply(self, part: FeedbackColumns, i: int, end: int) -> None:
         """Rows i..end−1 of ``part``: the next events of the oldest flight."""
@@ -536,15 +571,17 @@ class ShardRunner:
                         self.shard_no, seq, event_id)
         self._done(flight, until)
 
-    def expire(self) -> list[Partials]:
+    def expire(self, on_cut=None) -> list[Partials]:
         """Give up on feedback awaited longer than the feedback timeout, so a
         lost record cannot stall the shard; returns what is then predictable."""
         now = time.monotonic()
-        gave_up = False
-        while self.in_flight and now - self.in_flight[0].since > self.feedback_timeout:
-            self._give_up(self.in_flight[0], self.in_flight[0].last + 1)
-            gave_up = True
-        return self._predict_ready() if gave_up else []
+        stale = [f for f in self.in_flight if now - f.since > self.feedback_timeout]
+        if not stale:
+            return []
+        for seq in range(self.applied + 1, stale[-1].last + 1):
+            self.held.setdefault(seq, None)
+        self._apply_held(self._block_start(self.predicted + 1), on_cut)
+        return self._predict_ready(on_cut)
 
     def restart_clocks(self) -> None:
         """After a restore in another process (a runner's failover): the
@@ -558,9 +595,11 @@ class ShardRunner:
         arrays = sum(a.nbytes for a in self.shard.state.arrays.values())
         return arrays + self.shard.coords.nbytes + 256 * (self.queued + self.predicted - self.applied)
 
-    def give_up_all(self) -> None:
-        while self.in_flight:
-            self._give_up(self.in_flight[0], self.in_flight[0].last + 1)
+    def give_up_all(self, on_cut=None) -> None:
+        """The input has ended: apply all the feedback held, give up the rest."""
+        for seq in range(self.applied + 1, self.predicted + 1):
+            self.held.setdefault(seq, None)
+        self._apply_held(self.predicted, on_cut)
 
     def part(self) -> tuple[np.ndarray, LearnerState, dict]:
         """What this shard's part of a checkpoint cut holds: its coordinates,

@@ -171,6 +171,8 @@ def test_with_staleness_every_event_is_still_learned_once_in_label_arrival_order
         loop.labels(labels[done:upto])
         done = upto
     loop.labels(labels[done:])
+    for shard in loop.shards:  # the end of the input: what is held is applied
+        shard.give_up_all()
     assert [p["event_id"] for p in loop.predictions if p["label"] is not None] == [ids[i] for i in arrival]
     assert all(not sh.in_flight and not sh.missing for sh in loop.shards)
     assert loop.combiner.metrics.mean_loss < math.log(2)

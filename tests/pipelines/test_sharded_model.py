@@ -135,7 +135,7 @@ def test_lost_feedback_is_reported_and_skipped_without_stalling():
 def test_lost_feedback_at_zero_staleness_is_given_up_after_the_timeout():
     X, y, items = stream(20, unlabelled_every=10**9)
     loop = Loop(make_learner("scinol2", "logistic"), 2, staleness=0, lose={10})
-    loop.run(items)
+    loop.run(items, end=False)
     assert all(s.in_flight for s in loop.shards)  # stalled: waiting for #10's feedback
     assert len(loop.predictions) == 10
     heartbeat = {"event_id": "", "model": "m", "run_id": "run", "seq": 9, "partition": -1, "offset": -1,
@@ -271,8 +271,7 @@ def test_events_as_arrays_route_shard_and_combine_as_the_pairs_do(staleness, int
     assert model == "m" and [p for p, _ in pairs] == [Position("events", 0, m.offset, m.key) for m in messages]
 
     def run(batches):
-        loop, made = Loop(learner, 3, staleness), []
-        loop.router.offsets[("events", 0)] = 110  # events 100..109 were learned before a restart
+        loop, made = Loop(learner, 3, staleness, offsets={("events", 0): 110}), []  # 100..109 learned before a restart
         add, take, kinds = loop.combiner.add, loop.combiner.table.take, set()
         loop.combiner.add = lambda blocks: [made.append(r) or r for r in add(blocks, encode_for=(codec, "preds"))]
         loop.combiner.table.take = lambda n: [kinds.update(map(type, out[1])) or out for out in [take(n)]][0]
@@ -285,6 +284,7 @@ def test_events_as_arrays_route_shard_and_combine_as_the_pairs_do(staleness, int
             loop._deliver()
         while loop.feedback_queue:
             loop._deliver()
+        loop.end()
         return loop, made, skipped, kinds
 
     assert rows.learner_rows(learner) is not None  # the arrays' own path is the one under test

@@ -14,16 +14,17 @@ class Loop:
     """The sharded protocol with the feedback delivered in memory; ``lose``
     and ``repeat`` name sequence numbers whose feedback is dropped or sent twice."""
 
-    def __init__(self, learner, k, staleness, lose=(), repeat=()):
+    def __init__(self, learner, k, staleness, lose=(), repeat=(), offsets=None):
         algo = learner.algorithm
         scalars = algo.init_state(0, learner.n_outputs).scalars
-        self.router = Router(k, learner.hasher, learner.bias, interactions=learner.interactions)
+        self.router = Router(k, learner.hasher, learner.bias, offsets=offsets, interactions=learner.interactions)
         self.shards = [ShardRunner(algo, learner.n_outputs, s, staleness, scalars) for s in range(k)]
         self.combiner = Combiner(algo, learner.loss, learner.loss_param, learner.n_outputs, k, "m", "run", scalars)
         self.lose, self.repeat = set(lose), set(repeat)
         self.predictions, self.feedback_queue = [], []
 
-    def run(self, items, batch=16):
+    def run(self, items, batch=16, end=True):
+        """Route ``items`` in batches, the feedback after each; ``end``: then the end of the input."""
         for lo in range(0, len(items), batch):
             per_shard, _ = route(self.router, items[lo: lo + batch])
             for shard, slices in zip(self.shards, per_shard):
@@ -31,6 +32,13 @@ class Loop:
             self._deliver()
         while self.feedback_queue:
             self._deliver()
+        if end:
+            self.end()
+
+    def end(self):
+        """The end of the input (the feedback reader's end marker): what is held is applied."""
+        for shard in self.shards:
+            shard.give_up_all()
 
     def _combine(self, partials):
         for run in self.combiner.add(partials):
