@@ -180,6 +180,7 @@ class RouteEvents(_Sharded, beam.DoFn):
         self.dlq: KafkaWriter | None = None
         self.foreign = Metrics.counter(NAMESPACE, "feedback_other_runs")
         self.replayed = Metrics.counter(NAMESPACE, "replayed_batches")
+        self.waited = Metrics.counter(NAMESPACE, "waited_batches")
 
     def _router(self, model: str, saved, generation) -> Router:
         router = self._stored(model, saved, generation)
@@ -202,9 +203,10 @@ class RouteEvents(_Sharded, beam.DoFn):
                 generation=beam.DoFn.StateParam(_Sharded.GENERATION)):
         model, part = element
         router = self._router(model, saved, generation)
-        replayed = router.chain.replayed
+        replayed, waited = router.chain.replayed, router.chain.waited
         ready, skipped = router.take(part)
         self.replayed.inc(router.chain.replayed - replayed)
+        self.waited.inc(router.chain.waited - waited)
         if skipped:
             self._skip(skipped)
         for part in ready:
@@ -322,6 +324,7 @@ class ShardStep(_Sharded, beam.DoFn):
         super().setup()
         self.duplicates = Metrics.counter(NAMESPACE, "feedback_duplicates")
         self.missing = Metrics.counter(NAMESPACE, "feedback_missing")
+        self.waited = Metrics.counter(NAMESPACE, "waited_batches")
 
     def _runner(self, key, saved, generation) -> ShardRunner:
         runner = self._stored(key, saved, generation)
@@ -349,11 +352,12 @@ class ShardStep(_Sharded, beam.DoFn):
                 generation=beam.DoFn.StateParam(_Sharded.GENERATION)):
         key, part = element
         runner = self._runner(key, saved, generation)
-        dup, miss = runner.duplicates, len(runner.missing)
+        dup, miss, waited = runner.duplicates, len(runner.missing), runner.inbox.waited
         partials = []
         for ready in runner.inbox.offer(part.span, part, part.size):  # in the order the route step sent them
             if not ready.is_replay:
                 partials += self._apply(key, runner, ready.payload)
+        self.waited.inc(runner.inbox.waited - waited)
         if runner.duplicates > dup:
             self.duplicates.inc(runner.duplicates - dup)
         if len(runner.missing) > miss:
@@ -402,6 +406,7 @@ class CombineStep(_Sharded, beam.DoFn):
         # Feedback is on the critical path of every shard: send at once.
         self.feedback = KafkaWriter(cfg.bootstrap, cfg.feedback, {"linger.ms": 0, **cfg.kafka_config})
         self.predicted = Metrics.counter(NAMESPACE, "predictions")
+        self.waited = Metrics.counter(NAMESPACE, "waited_batches")
 
     def _combiner(self, model: str, saved, generation) -> Combiner:
         combiner = self._stored(model, saved, generation)
@@ -425,8 +430,10 @@ class CombineStep(_Sharded, beam.DoFn):
                 generation=beam.DoFn.StateParam(_Sharded.GENERATION)):
         model, part = element
         combiner = self._combiner(model, saved, generation)
+        waited = combiner.inbox.waited
         partials = [p for ready in combiner.inbox.offer(part.span, part, part.size) if not ready.is_replay
                     for p in ready.payload.payload]  # each shard's in the order it sent them
+        self.waited.inc(combiner.inbox.waited - waited)
         topic = self.cfg.predictions_topic
         runs = combiner.add(partials, encode_for=(self.codec, topic))
         self._keep(model, saved, generation)
