@@ -97,6 +97,8 @@ class RunConfig:
     max_waiting: int = DEFAULT_MAX_WAITING
     """Most messages a keyed step holds for one key while they wait for an earlier batch of their
     partition (a runner that delivers out of order); past it the run stops with an error."""
+    execution_mode: str | None = None
+    """Flink: "streaming" (None: the default) or "batch" (a bounded exact run, stage after stage)."""
     exactly_once: bool = False
     """Predictions in Kafka transactions, each committed with the input offsets it answers
     (pipelines.kafka.transactions): a read_committed consumer sees each once, even after failovers."""

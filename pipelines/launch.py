@@ -91,12 +91,13 @@ def pipeline_options(cfg: RunConfig) -> tuple[PipelineOptions, object]:
         # A run that streams (the feedback loop, or unbounded); for the job server Beam starts on this machine.
         options = PipelineOptions([*cfg.beam_args, *low_latency_flink_args(cfg.beam_args)])
     standard = options.view_as(StandardOptions)
-    # Never Flink's batch mode: it does not keep a partition's order on the
-    # way to the keyed model, which exact mode relies on (docs/runners.md).
-    # And sharded mode's feedback loop needs pipelined exchanges: a runner
-    # that runs a bounded pipeline stage by stage would wait for feedback
-    # that the next stage has not begun to make.
-    standard.streaming = (standard.streaming or not cfg.bounded or flink
+    # Flink's batch mode only when asked for: it runs stage after stage with
+    # no order between them, which the keyed steps no longer need. Sharded
+    # mode's feedback loop needs pipelined exchanges: a runner that runs a
+    # bounded pipeline stage by stage would wait for feedback that the next
+    # stage has not begun to make.
+    batch = flink and cfg.bounded and cfg.execution_mode == "batch"
+    standard.streaming = (standard.streaming or not cfg.bounded or (flink and not batch)
                           or (cfg.shards is not None and bool(runner_name)))
     if runner_name:
         return options, runner_name
@@ -225,12 +226,14 @@ class RunSummary(NamedTuple):
     dead_letters: dict
     skipped: int = 0
     """Events a model skipped as covered by its state (exact mode)."""
+    waiting: int = 0
+    """Messages still waiting for an earlier batch of their partition when the run ended."""
 
     def line(self) -> str:
         dead = sum(self.dead_letters.values())
         reasons = ", ".join(f"{r} {n:,}" for r, n in sorted(self.dead_letters.items()))
-        skipped = (f"; {self.skipped:,} events skipped as covered by the model's state (a replay after a restore, "
-                   "or a runner that reordered a partition)") if self.skipped else ""
+        skipped = (f"; {self.skipped:,} events skipped as covered by the model's state (a replay that overlaps "
+                   "the checkpoint the run resumed from)") if self.skipped else ""
         return (f"{self.events:,} messages read, {self.predictions:,} predictions written, {dead:,} dead letters"
                 + (f" ({reasons})" if reasons else "") + skipped)
 
@@ -252,4 +255,8 @@ def summarize(result) -> RunSummary | None:
         totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + int(value or 0)
     prefix = "dead_letters_"
     dead = {name[len(prefix):]: n for name, n in totals.items() if name.startswith(prefix) and n}
-    return RunSummary(totals.get("events", 0), totals.get("predictions", 0), dead, totals.get("skipped_as_covered", 0))
+    gauges = result.metrics().query(beam.metrics.MetricsFilter().with_namespace(NAMESPACE))["gauges"]
+    waiting = sum(int(g.committed.value if g.committed is not None else g.attempted.value or 0)
+                  for g in gauges if g.key.metric.name.startswith("waiting_messages_"))
+    return RunSummary(totals.get("events", 0), totals.get("predictions", 0), dead, totals.get("skipped_as_covered", 0),
+                      waiting)

@@ -5,6 +5,10 @@ EXIT_USAGE = 2
 """Exit status of every error the user can cause."""
 EXIT_DEAD_LETTERS = 3
 """Exit status of a run stopped by ``--max-dead-letter-ratio``."""
+EXIT_ORDER = 4
+"""Exit status of a run that could not apply a partition in offset order: more
+waiting than ``--max-waiting``, offsets deleted before they were read, or
+messages still waiting for offsets that never came when a bounded run ended."""
 
 
 class UsageError(Exception):

@@ -7,7 +7,9 @@ import logging
 import os
 import sys
 
-from .errors import EXIT_DEAD_LETTERS, UsageError
+from pipelines.kafka.spans import DEFAULT_MAX_WAITING
+
+from .errors import EXIT_DEAD_LETTERS, EXIT_ORDER, UsageError
 from .options import (add_interaction_options, add_kafka_options, add_learner_options, add_topic_options,
                       interactions_of, kafka_settings, parse_params, registry_settings, topic_settings)
 
@@ -48,7 +50,7 @@ def runner_beam_args(args, provision: bool = True) -> list[str]:
     local = args.checkpoint_dir and "://" not in args.checkpoint_dir
     state_dir = os.path.join(args.checkpoint_dir, "flink-state") if local else None  # an embedded Flink's
     opts = RunnerOptions(args.runner, args.flink_master, args.parallelism, args.checkpointing_interval, args.bounded,
-                         args.worker_pool, state_dir)
+                         args.worker_pool, state_dir, args.execution_mode, args.shards is not None)
     parts = {} if provision else {"job_server_jar": "(not provisioned)", "prism_binary": "(not provisioned)"}
     try:
         return beam_args(opts, list(args.beam_args), **parts)
@@ -81,7 +83,7 @@ def run(args) -> int:
         shards=args.shards, max_staleness=args.max_staleness, feedback_topic=args.feedback_topic,
         feedback_timeout=args.feedback_timeout, from_scratch=args.from_scratch, labels_topic=args.labels_topic,
         label_ttl=args.label_ttl, max_pending=args.max_pending, exactly_once=args.exactly_once,
-        **input_limits(args))
+        max_waiting=args.max_waiting, execution_mode=args.execution_mode, **input_limits(args))
     try:
         cfg.check()
     except ValueError as exc:
@@ -101,10 +103,25 @@ def run(args) -> int:
     return launch(cfg)
 
 
-def _not_a_dead_letter_stop(record: logging.LogRecord) -> bool:
+STOPS = {"DeadLetterRatioExceeded": EXIT_DEAD_LETTERS, "WaitingBoundExceeded": EXIT_ORDER,
+         "ChainConflict": EXIT_ORDER, "OffsetsGone": EXIT_ORDER}
+"""A step's errors that stop a run on purpose, reported in one line, and the exit status of each."""
+
+
+def _stop_of(exc) -> tuple[str, str] | None:
+    """(the stop's name, its one-line message) when ``exc`` (as Beam re-raises
+    a step's error, wrapped in its own) is one of :data:`STOPS`."""
+    text = f"{type(exc).__name__}: {exc}"
+    for name in STOPS:
+        if f"{name}: " in text:
+            return name, text.split(f"{name}: ")[-1].splitlines()[0].split(" [while running")[0]
+    return None
+
+
+def _not_a_stop(record: logging.LogRecord) -> bool:
     """Beam logs a step's error with its traceback before re-raising it; a
-    stop asked for by --max-dead-letter-ratio is reported in one line instead."""
-    return "DeadLetterRatioExceeded" not in str(record.exc_info[1].__class__ if record.exc_info else "")
+    stop (:data:`STOPS`) is reported in one line instead."""
+    return record.exc_info is None or _stop_of(record.exc_info[1]) is None
 
 
 def _closed_by_the_runner(exc) -> bool:
@@ -197,22 +214,26 @@ def launch(cfg) -> int:
     previous = _stop_on_signals()
     _quiet_runner_hang_ups()
     beam_log = logging.getLogger("apache_beam.runners.common")
-    beam_log.addFilter(_not_a_dead_letter_stop)
+    beam_log.addFilter(_not_a_stop)
     try:
         result = run_pipeline(cfg, say=lambda line: print(f"scinol run: {line}", file=sys.stderr))
     except Exception as exc:  # noqa: BLE001 - Beam re-raises a step's error wrapped in its own
-        if "DeadLetterRatioExceeded" not in f"{type(exc).__name__} {exc}":
+        stop = _stop_of(exc)
+        if stop is None:
             raise
-        message = str(exc).split("DeadLetterRatioExceeded: ")[-1].splitlines()[0].split(" [while running")[0]
-        print(f"scinol: error: run: {message}", file=sys.stderr)
-        return EXIT_DEAD_LETTERS
+        print(f"scinol: error: run: {stop[1]}", file=sys.stderr)
+        return STOPS[stop[0]]
     finally:
-        beam_log.removeFilter(_not_a_dead_letter_stop)
+        beam_log.removeFilter(_not_a_stop)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     summary = summarize(result) if cfg.bounded else None
     if summary is not None:
         print(f"scinol run: done: {summary.line()}", file=sys.stderr)
+        if summary.waiting:
+            print(f"scinol: error: run: {summary.waiting:,} messages still wait for offsets that never came (a "
+                  f"warning above names them): the run ended without applying them", file=sys.stderr)
+            return EXIT_ORDER
         if summary.only_dead_letters:
             hint = "" if cfg.registry_url else " (if the events were produced through a schema registry, pass " \
                                                "--schema-registry URL)"
@@ -248,6 +269,11 @@ def add_parser(sub) -> None:
     p.add_argument("--stop-after", type=int, default=None, metavar="N",
                    help="unbounded: stop after the first N offsets of each partition")
     p.add_argument("--max-batch", type=int, default=2000, help="messages per batch from the source")
+    p.add_argument("--max-waiting", type=int, default=DEFAULT_MAX_WAITING, metavar="N",
+                   help="most messages a model (or a sharded route step) holds while they wait for an earlier batch "
+                        "of their partition, on a runner that delivers out of order; past it the run stops (exit "
+                        f"status {EXIT_ORDER}) naming the partition and the missing offsets (default "
+                        f"{DEFAULT_MAX_WAITING:,})")
     p.add_argument("--max-models", type=int, default=None, metavar="N",
                    help="accept at most N distinct model names per worker; events for more are dead letters "
                         "(too_many_models). Default: no limit")
@@ -297,6 +323,9 @@ def add_parser(sub) -> None:
                         "up` starts one and prints it), instead of in this process (LOOPBACK, one core)")
     r.add_argument("--parallelism", type=int, default=None, metavar="N",
                    help="Flink parallelism (default: the cluster's; partitions, not splits, spread the source)")
+    r.add_argument("--execution-mode", choices=("streaming", "batch"), default=None,
+                   help="Flink: streaming (default), or batch for a --bounded exact run (Flink runs it stage by "
+                        "stage; the result is the same bits)")
     r.add_argument("--checkpointing-interval", type=int, default=None, metavar="MS",
                    help="milliseconds between Flink checkpoints (default 10000); Kafka offsets are committed "
                         "when a checkpoint completes")

@@ -99,6 +99,7 @@ class LearnModels(beam.DoFn):
         self.outputs: dict[str, TransactionalOutput] = {}  # model -> its writer, with --exactly-once
         self.fired_at: dict[str, int] = {}  # model -> its event count when END last fired
         self.replayed = Metrics.counter(NAMESPACE, "replayed_batches")
+        self.waited = Metrics.counter(NAMESPACE, "waited_batches")
         self.started = time.monotonic()
         self.last_report = self.started
         # Compile the learner's kernels now, before the source starts its clock
@@ -162,10 +163,11 @@ class LearnModels(beam.DoFn):
                 waiting=beam.DoFn.StateParam(WAITING), end=beam.DoFn.TimerParam(END)):
         model, part = element
         runner = self._runner(model, saved, generation, waiting)
-        replayed, skipped = runner.chain.replayed, runner.skipped
+        replayed, skipped, waited = runner.chain.replayed, runner.skipped, runner.chain.waited
         for ready in runner.take(part):
             self._apply(model, runner, ready)
         self.replayed.inc(runner.chain.replayed - replayed)
+        self.waited.inc(runner.chain.waited - waited)
         self.skipped.inc(runner.skipped - skipped)
         if self.cfg.bounded or self.cfg.stop_after is not None:
             end.set(GlobalWindow().max_timestamp())

@@ -301,15 +301,25 @@ class Polled(NamedTuple):
     answered: bool  # the poll returned anything at all (messages or events)
 
 
+class OffsetsGone(RuntimeError):
+    """Offsets a read needs were deleted (retention, compaction of a whole
+    segment) before it read them: what was there cannot be applied in order."""
+
+
 class PartitionReader:
-    """A consumer assigned to one partition, and where it reads next."""
+    """A consumer assigned to one partition, and where it reads next.
+
+    A position below the partition's log start (offsets deleted by retention
+    before they were read) raises :class:`OffsetsGone`: librdkafka's reset
+    to the earliest offset would skip those offsets without a word, and the
+    batches would still cover them."""
 
     def __init__(self, bootstrap: str, topic: str, partition: int, group_id: Optional[str] = None,
                  config: Optional[dict] = None, error_counter=None):
         self.topic, self.partition = topic, partition
         self.bootstrap, self.group_id, self.config = bootstrap, group_id, config
-        conf, self.reporter = with_error_reporting(consumer_settings(bootstrap, group_id, config),
-                                                   f"consumer of {topic}[{partition}]", error_counter)
+        settings = {**consumer_settings(bootstrap, group_id, config), "auto.offset.reset": "error"}
+        conf, self.reporter = with_error_reporting(settings, f"consumer of {topic}[{partition}]", error_counter)
         self.consumer = Consumer(conf)
         self.position: Optional[int] = None
         """The offset the next poll returns from; None: unknown (seek first)."""
@@ -350,11 +360,24 @@ class PartitionReader:
                                                       m.headers())))
             elif err.code() == KafkaError._PARTITION_EOF:
                 reached, eof_at = True, m.offset()
+            elif err.code() == KafkaError._AUTO_OFFSET_RESET:
+                raise OffsetsGone(self._gone())
             elif fatal_consume_error(err):
                 raise RuntimeError(f"Kafka consumer error on {topic}[{partition}]: {err}")
             else:
                 log.warning("Kafka consumer error on %s[%d] (retrying): %s", topic, partition, err)
         return Polled(batch, newest_ts, reached, eof_at, bool(msgs))
+
+    def _gone(self) -> str:
+        where = f"{self.topic}[{self.partition}]"
+        try:
+            low, _ = self.consumer.get_watermark_offsets(TopicPartition(self.topic, self.partition), timeout=10)
+            kept = f"; it now starts at offset {low:,}"
+        except KafkaException:
+            kept = ""
+        at = "" if self.position is None else f" from offset {self.position:,}"
+        return (f"{where}: the messages{at} on were deleted (retention) before this run read them{kept}: they "
+                f"cannot be learned from in order, so the run stops rather than skip them")
 
     def commit(self, next_offset: int) -> None:
         """Store ``next_offset`` (the next one to read) for the group."""

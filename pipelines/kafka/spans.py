@@ -120,6 +120,8 @@ class Chain:
         self.waiting_messages = 0
         self.replayed = 0
         """Batches dropped because the state had applied them already."""
+        self.waited = 0
+        """Batches that came before an earlier one and waited for it."""
         self.changed = False
         """Whether the waiting batches changed since the owner last cleared this."""
 
@@ -156,6 +158,7 @@ class Chain:
         item = Early(span, payload, max(size, 1))
         if span.is_marker:
             self.markers.setdefault(span.stream, []).append(item)
+            self.waited += 1
         else:
             mine = self.waiting.setdefault(span.stream, {})
             there = mine.get(span.start)
@@ -167,6 +170,7 @@ class Chain:
                 self.replayed += 1  # the same batch twice, both early
                 return [Ready(span, payload, span.end)]
             mine[span.start] = item
+        self.waited += 1
         self.waiting_messages += item.size
         self.changed = True
         if self.waiting_messages > self.max_waiting:
@@ -178,7 +182,8 @@ class Chain:
         have = self.applied.get(stream)
         early = [*self.waiting.get(stream, {}).values(), *self.markers.get(stream, [])]
         first = min(w.span.start for w in early)
-        missing = f"offsets {have:,}-{first:,}" if have is not None else f"the batches before offset {first:,}"
+        since = have if have is not None else min(w.span.origin for w in early)
+        missing = f"offsets {since:,}-{first:,}"
         return (f"{self.waiting_messages:,} messages wait for {topic}[{partition}] {missing}, more than "
                 f"--max-waiting {self.max_waiting:,}: the runner delivers that partition too far out of order "
                 f"(raise --max-waiting, or give the workers more memory)")
