@@ -26,13 +26,14 @@ flink
     again each time. A session cluster's own configuration says where its
     checkpoints go (``scinol flink up``: files). A failed job restarts from its last checkpoint up to
     30 times 3 s apart, long enough for a killed TaskManager to be replaced.
-    A bounded run (``--bounded``) streams too, without checkpoints: with
-    checkpointing the job wrote all its predictions but did not end (seen
-    here with 100 events, 13 minutes), and Flink's batch mode does not keep
-    a partition's order between the source and the keyed model (seen: 4
-    partitions, 2 TaskManagers, 48% of the events dropped as "already
-    covered", the rest learned out of order). Without checkpoints there are
-    no offset commits: the scinol checkpoints decide where a rerun resumes.
+    A bounded run (``--bounded``) streams too, without checkpoints (with
+    checkpointing the job wrote all its predictions but did not end: seen
+    here with 100 events, 13 minutes), or with ``--execution-mode batch``
+    runs in Flink's batch mode, stage after stage: that mode keeps no order
+    between steps, which the pipeline no longer needs (each keyed step
+    applies a partition's batches in offset order, docs/runners.md).
+    Without checkpoints there are no offset commits: the scinol checkpoints
+    decide where a rerun resumes.
     An unbounded or sharded run also gets short bundles and a short network
     buffer timeout (:func:`low_latency_flink_args`, added by
     ``pipelines.launch`` for the runner named by any flags, which also keeps
@@ -54,6 +55,7 @@ from typing import NamedTuple
 from apache_beam.options.pipeline_options import PipelineOptions
 
 RUNNERS = ("direct", "flink", "prism")
+EXECUTION_MODES = ("streaming", "batch")
 LOCAL = "[local]"
 DEFAULT_CHECKPOINTING_INTERVAL_MS = 10_000
 RESTART_ATTEMPTS = 30
@@ -76,6 +78,9 @@ class RunnerOptions(NamedTuple):
     """``host:port`` of a Beam SDK worker pool (EXTERNAL environment) instead of LOOPBACK."""
     state_dir: str | None = None
     """Where an embedded Flink writes its checkpoints (default: :data:`DEFAULT_STATE_DIR`)."""
+    execution_mode: str | None = None
+    """Flink's ``streaming`` or ``batch`` execution (None: streaming); batch for a bounded exact run only."""
+    sharded: bool = False
 
 
 def check(opts: RunnerOptions) -> None:
@@ -93,6 +98,15 @@ def check(opts: RunnerOptions) -> None:
                          f"not {opts.flink_master!r}")
     if opts.worker_pool is not None and not _HOST_PORT.match(opts.worker_pool):
         raise ValueError(f"--worker-pool must be HOST:PORT (`scinol flink status` shows it), not {opts.worker_pool!r}")
+    if opts.execution_mode not in (None, *EXECUTION_MODES):
+        raise ValueError(f"--execution-mode must be one of {', '.join(EXECUTION_MODES)}, not {opts.execution_mode!r}")
+    if opts.execution_mode is not None and opts.runner != "flink":
+        raise ValueError(f"--execution-mode applies to --runner flink only (the runner is {opts.runner})")
+    if opts.execution_mode == "batch" and not opts.bounded:
+        raise ValueError("--execution-mode batch needs --bounded: Flink's batch mode runs a job that ends")
+    if opts.execution_mode == "batch" and opts.sharded:
+        raise ValueError("--execution-mode batch with --shards: sharded mode's feedback loop needs every step "
+                         "running at once (streaming)")
     if opts.bounded and opts.checkpointing_interval is not None:
         raise ValueError("--checkpointing-interval with --bounded: a bounded run on Flink takes no checkpoints "
                          "(it would not end)")
@@ -127,7 +141,8 @@ def flink_args(opts: RunnerOptions, job_server_jar=None) -> list[str]:
     interval = opts.checkpointing_interval or DEFAULT_CHECKPOINTING_INTERVAL_MS
     args = ["--runner=FlinkRunner", f"--flink_master={opts.flink_master or LOCAL}", *job_server_args(jar),
             *environment_args(opts.worker_pool)]
-    args.append("--streaming")  # batch mode reorders a partition's events on their way to the model
+    if opts.execution_mode != "batch":
+        args.append("--streaming")
     if not opts.bounded:
         args += [f"--checkpointing_interval={interval}", "--finish_bundle_before_checkpointing"]
         if (opts.flink_master or LOCAL) == LOCAL:
