@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipelines.kafka.broker import BrokerError, _port_open, free_port
+from tests.support.brokers import started
 from pipelines.kafka.apache_broker import ApacheKafkaBroker
 from pipelines.kafka.group_offsets import committed_offsets
 from pipelines.kafka.errors import KafkaConnectionError, check_connection
@@ -34,26 +35,16 @@ PARTITIONS = 4
 pytestmark = pytest.mark.kafka  # a real broker: under CI=true a skip fails the run
 
 
-def _started(broker: ApacheKafkaBroker) -> ApacheKafkaBroker:
-    try:
-        broker.start()
-    except ProvisionError as exc:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"Apache Kafka could not be provisioned: {exc}")
-        pytest.skip(f"Apache Kafka could not be provisioned: {exc}")
-    return broker
-
-
 @pytest.fixture(scope="module")
 def broker():
-    broker = _started(ApacheKafkaBroker())
+    broker = started(ApacheKafkaBroker())
     yield broker
     broker.stop()
 
 
 @pytest.fixture(scope="module")
 def secure_broker():
-    broker = _started(ApacheKafkaBroker(secure=True))
+    broker = started(ApacheKafkaBroker(secure=True))
     yield broker
     broker.stop()
 
@@ -252,7 +243,7 @@ def test_offsets_an_open_transaction_holds_for_the_group_do_not_stop_the_writer(
 
 
 def test_stop_frees_the_port_and_deletes_the_data():
-    broker = _started(ApacheKafkaBroker())
+    broker = started(ApacheKafkaBroker())
     pid, home = broker.process.pid, broker.home
     assert (home / "data").is_dir()
     broker.stop()
@@ -286,7 +277,7 @@ def test_a_broker_that_cannot_start_says_why_from_its_log():
         taken.listen()
         broker = ApacheKafkaBroker(port=taken.getsockname()[1])
         with pytest.raises(BrokerError) as err:
-            _started(broker)
+            started(broker)
     message = str(err.value)
     assert message.startswith("Apache Kafka exited with status")
     assert "Address already in use" in message  # the broker log's tail

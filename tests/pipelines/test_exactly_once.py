@@ -31,9 +31,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def apache_kafka_broker():
-    from tests.kafka.test_apache_broker import _started
+    from tests.support.brokers import started
 
-    broker = _started(ApacheKafkaBroker())
+    broker = started(ApacheKafkaBroker())
     yield broker
     broker.stop()
 

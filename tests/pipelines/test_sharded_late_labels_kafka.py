@@ -10,7 +10,7 @@ from pipelines.launch import run
 from pipelines.records.topics import produce_events, read_records
 from pipelines.state.cuts import CutStore
 from schemas.codec import Codec
-from tests.pipelines.test_late_labels import (T0, produce_delayed, assert_same_state, learning_order, produce_labels,
+from tests.support.labels import (T0, produce_delayed, assert_same_state, learning_order, produce_labels,
                                               reference_after, unlabelled)
 from tests.support.runs import config, toy_stream
 

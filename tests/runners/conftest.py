@@ -72,3 +72,15 @@ def _session_cluster_left_clean(request):
         warnings.warn(f"cancelled Flink jobs the test left running: {leftover}")
     for _ in range(cluster.taskmanagers_wanted - len(cluster.taskmanager_pids())):
         cluster.add_taskmanager()
+
+
+@pytest.fixture(scope="module")
+def apache_kafka():
+    """An Apache Kafka broker of the module's own (the Flink tests kill and
+    restart parts around it)."""
+    from pipelines.kafka.apache_broker import ApacheKafkaBroker
+    from tests.support.brokers import started
+
+    broker = started(ApacheKafkaBroker())
+    yield broker
+    broker.stop()

@@ -9,8 +9,8 @@ import pytest
 from pipelines.launch import run
 from pipelines.state.checkpoints import CheckpointStore
 from pipelines.state.cuts import CutStore
-from tests.pipelines.test_late_labels import assert_same_state, learning_order, produce_delayed, reference_after
-from tests.runners.test_flink_scinol import apache_kafka, flink_args, predictions_of  # noqa: F401 - a fixture
+from tests.support.labels import assert_same_state, learning_order, produce_delayed, reference_after
+from tests.support.flink import flink_args, predictions_of
 from tests.support.runs import config
 
 pytestmark = [pytest.mark.flink, pytest.mark.slow]

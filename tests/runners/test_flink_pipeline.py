@@ -20,7 +20,7 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.transforms.window import GlobalWindow
 
-from tests.runners.test_flink_scinol import flink_args
+from tests.support.flink import flink_args
 
 pytestmark = pytest.mark.flink
 

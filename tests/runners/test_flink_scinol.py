@@ -18,9 +18,9 @@ import pytest
 from learners import make_learner
 from pipelines.launch import run, start
 from pipelines.records.topics import produce_events
-from pipelines.runners.options import job_server_args
 from pipelines.state.checkpoints import CheckpointStore
 from pipelines.state.cuts import CutStore
+from tests.support.flink import flink_args, predictions_of
 from tests.support.runs import config, toy_stream
 from tests.support.sharded_loop import in_one_process
 from tests.support.trialkit import read_topic
@@ -28,28 +28,9 @@ from tests.support.trialkit import read_topic
 pytestmark = [pytest.mark.flink, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def apache_kafka():
-    from pipelines.kafka.apache_broker import ApacheKafkaBroker
-    from tests.kafka.test_apache_broker import _started
-
-    broker = _started(ApacheKafkaBroker())
-    yield broker
-    broker.stop()
-
-
-def flink_args(jar, master: str, *more: str) -> list[str]:
-    return ["--runner=FlinkRunner", f"--flink_master={master}", *job_server_args(jar), "--environment_type=LOOPBACK",
-            *more]
-
-
 def straight(X, y):
     learner = make_learner("scinol2", "logistic")
     return learner.learn(X, y), learner
-
-
-def predictions_of(bootstrap, topic):
-    return [record for _, _, record in read_topic(bootstrap, topic)]
 
 
 def test_exact_mode_on_embedded_flink_equals_the_single_process_learner(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pipelines.launch import run
 from pipelines.runners.options import prism_args
 from pipelines.state.checkpoints import CheckpointStore
-from tests.pipelines.test_late_labels import assert_same_state, learning_order, produce_delayed, reference_after
+from tests.support.labels import assert_same_state, learning_order, produce_delayed, reference_after
 from tests.support.runs import config
 from tests.support.trialkit import read_topic
 
