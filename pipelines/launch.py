@@ -228,14 +228,20 @@ class RunSummary(NamedTuple):
     """Events a model skipped as covered by its state (exact mode)."""
     waiting: int = 0
     """Messages still waiting for an earlier batch of their partition when the run ended."""
+    waited: int = 0
+    """Batches that came before an earlier one of their partition and waited for it (a runner that reorders)."""
+    replayed: int = 0
+    """Batches dropped as applied already (a runner's retry or repeat, a replay after a restore)."""
 
     def line(self) -> str:
         dead = sum(self.dead_letters.values())
         reasons = ", ".join(f"{r} {n:,}" for r, n in sorted(self.dead_letters.items()))
         skipped = (f"; {self.skipped:,} events skipped as covered by the model's state (a replay that overlaps "
                    "the checkpoint the run resumed from)") if self.skipped else ""
+        order = (f"; {self.waited:,} batches came before an earlier one and waited, {self.replayed:,} came again and "
+                 "were dropped") if self.waited or self.replayed else ""
         return (f"{self.events:,} messages read, {self.predictions:,} predictions written, {dead:,} dead letters"
-                + (f" ({reasons})" if reasons else "") + skipped)
+                + (f" ({reasons})" if reasons else "") + skipped + order)
 
     @property
     def only_dead_letters(self) -> bool:
@@ -259,4 +265,4 @@ def summarize(result) -> RunSummary | None:
     waiting = sum(int(g.committed.value if g.committed is not None else g.attempted.value or 0)
                   for g in gauges if g.key.metric.name.startswith("waiting_messages_"))
     return RunSummary(totals.get("events", 0), totals.get("predictions", 0), dead, totals.get("skipped_as_covered", 0),
-                      waiting)
+                      waiting, totals.get("waited_batches", 0), totals.get("replayed_batches", 0))

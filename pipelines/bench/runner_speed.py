@@ -25,7 +25,8 @@ import subprocess
 import sys
 import time
 
-RUNS = ("direct", "flink-embedded", "session-1tm", "session-2tm")
+RUNS = ("direct", "flink-embedded", "session-1tm", "session-2tm", "flink-embedded-batch", "session-2tm-batch")
+"""A ``-batch`` run is the same in Flink's batch mode (``--execution-mode batch``)."""
 MODELS = 4
 
 
@@ -101,12 +102,12 @@ def scinol_run(bootstrap: str, topic: str, out: str, *flags: str) -> tuple[float
     return wall, done[-1]
 
 
-def on_session(taskmanagers: int, bootstrap: str, topic: str, out: str) -> tuple[float, str]:
+def on_session(taskmanagers: int, bootstrap: str, topic: str, out: str, *flags: str) -> tuple[float, str]:
     from pipelines.runners.flink_cluster import FlinkSessionCluster
 
     with FlinkSessionCluster(taskmanagers=taskmanagers, worker_pool=True) as cluster:
         return scinol_run(bootstrap, topic, out, "--runner", "flink", "--flink-master", cluster.master,
-                          "--worker-pool", cluster.worker_pool, "--parallelism", str(taskmanagers))
+                          "--worker-pool", cluster.worker_pool, "--parallelism", str(taskmanagers), *flags)
 
 
 def measure(bootstrap: str, n: int, runs: list[str]) -> list[dict]:
@@ -118,12 +119,13 @@ def measure(bootstrap: str, n: int, runs: list[str]) -> list[dict]:
              "summary": "bytes in, bytes out; no decoding, no learning"}]
     for run in runs:
         out = f"{topic}.{run}"
+        mode = ["--execution-mode", "batch"] if run.endswith("-batch") else []
         if run == "direct":
             wall, summary = scinol_run(bootstrap, topic, out)
-        elif run == "flink-embedded":
-            wall, summary = scinol_run(bootstrap, topic, out, "--runner", "flink")
+        elif run.startswith("flink-embedded"):
+            wall, summary = scinol_run(bootstrap, topic, out, "--runner", "flink", *mode)
         else:
-            wall, summary = on_session(int(run[len("session-")]), bootstrap, topic, out)
+            wall, summary = on_session(int(run[len("session-")]), bootstrap, topic, out, *mode)
         written, rate = steady_rate(bootstrap, out)
         rows.append({"run": run, "wall": wall, "rate": rate, "n": written, "summary": summary})
         print(f"  {run}: {rate:,.0f} events/s steady, {wall:.0f} s wall, {written:,} predictions", file=sys.stderr,
