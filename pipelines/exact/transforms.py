@@ -1,10 +1,11 @@
 """The exact-mode pipeline's Beam transforms.
 
     Kafka events ─► ReadFromKafka ─► DecodeEvents ─bad─► dead letters ─► <topic>.dlq
-                                         │ (model, Part)   │ manifests
-                                         │                 ▼
-                                         │        SequenceParts (keyed by partition): SKIP parts
-                                         ▼                 │ (model, Part)
+                                         │ (partition, Decoded)
+                                         ▼
+                                   SequenceParts (keyed by partition): the parts, and SKIP parts
+                                         │ (model, Part)
+                                         ▼
                                    LearnModels (stateful, keyed by model; each partition in offset order)
                                      │ produces predictions │ checkpoint headers
                                      ▼ (flushed before      ▼
