@@ -1,6 +1,6 @@
 """The Python SDK harness, with bundles that end when their work is done.
 
-Beam's Python SDK harness (2.77) times each bundle's steps with a sampler
+Beam's Python SDK harness (2.77, 2.78) times each bundle's steps with a sampler
 thread. The thread's sleep grows from 2 ms to 200 ms over a bundle's first
 second, and ending the bundle joins it: a bundle that ran for a second or more
 then idles for up to 200 ms (100 ms on average) after its last step. Our Kafka

@@ -1,7 +1,7 @@
 """Beam's in-process runner (the FnApiRunner), with run metrics that stay
 the same size however long the run.
 
-After each bundle, Beam's FnApiRunner (2.77) folds the bundle's monitoring
+After each bundle, Beam's FnApiRunner (2.77, 2.78) folds the bundle's monitoring
 infos into its stage's with a generator, ``consolidate(chain(new, previous))``,
 that nothing reads before the run ends. So an unbounded run keeps every
 bundle's metrics, one more nested generator per bundle (about 170 a minute

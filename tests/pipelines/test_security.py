@@ -176,7 +176,7 @@ def test_model_command_reports_a_malicious_file_in_one_line(good_model, tmp_path
     assert re.search(r"^scinol: error: .*unreadable", r.stderr, re.M), r.stderr
 
 
-RESTRICTED_UNPICKLER = "pipelines/steps.py"
+RESTRICTED_UNPICKLER = "pipelines/steps/kept.py"
 """The one module that may import pickle: sharded mode's state in Beam state
 is read back there by an Unpickler that loads only the classes it is given
 (tests/pipelines/test_sharded_model.py shows a crafted pickle refused)."""
