@@ -417,9 +417,12 @@ class ShardRunner:
         self.duplicates = 0
         self.missing: list[tuple[int, str]] = []
         self.unexpected = 0
-        self.held: dict[int, tuple[FeedbackColumns, int] | None] = {}
+        self.held: deque[tuple[int, FeedbackColumns | None, int, int]] = deque()
         """Feedback that came for events whose block is not predicted whole
-        yet (message, row), or None where it never came (given up when its turn comes)."""
+        yet, in runs: (first event, message, its rows lo..hi); message None:
+        the events' feedback never came (given up when their turn comes)."""
+        self.known = applied
+        """The last event whose feedback was applied, held or given up."""
         self.inbox = Chain()  # what the route step sent, in the order it sent it
         self.outbox = Outbox("shard")  # to the combine step: stream number = this shard's
 
@@ -486,54 +489,60 @@ class ShardRunner:
         return out + self._predict_ready(on_cut)
 
     def _feedback(self, part: FeedbackColumns, on_cut) -> list[Partials]:
+        """Hold the rows of one message, a run of consecutive events at a
+        time (no Python per event): the control records act at once."""
         out = []
-        control, seqs, cuts = part.event_ids.empty().tolist(), part.seqs.tolist(), part.checkpoints.tolist()
-        for i, seq in enumerate(seqs):
-            if control[i]:  # a control record of the feedback reader (FeedbackWatch)
-                if cuts[i]:  # end of input: nothing more will come
+        control, seqs = part.event_ids.empty(), part.seqs
+        for lo, hi in _runs(seqs, control):
+            if control[lo]:  # a control record of the feedback reader (FeedbackWatch)
+                if part.checkpoints[lo]:  # end of input: nothing more will come
                     self.give_up_all(on_cut)
                     if on_cut is not None and self.applied:
                         on_cut(self.applied)
                 else:
                     out += self.expire(on_cut)
-            elif seq <= self.applied or seq in self.held:
-                self.duplicates += 1  # already applied, given up or held: a redelivery
-            elif seq > self.predicted:
-                self.unexpected += 1  # feedback for an event this shard never predicted
-                log.warning("shard %d: feedback for event #%d (%s) it has not predicted; ignored",
-                            self.shard_no, seq, part.event_ids[i])
-            else:
-                for lost in range(self._known() + 1, seq):  # it comes in order: the ones before never came
-                    self.held[lost] = None
-                self.held[seq] = (part, i)
+                continue
+            first, last = int(seqs[lo]), int(seqs[hi - 1])
+            if last <= self.known:
+                self.duplicates += hi - lo  # already applied, given up or held: a redelivery
+                continue
+            if first <= self.known:
+                self.duplicates += self.known + 1 - first
+                lo, first = lo + self.known + 1 - first, self.known + 1
+            if last > self.predicted:
+                self.unexpected += last - max(first - 1, self.predicted)  # feedback for events never predicted
+                log.warning("shard %d: feedback for events #%d-#%d, which it has not predicted; ignored",
+                            self.shard_no, max(first, self.predicted + 1), last)
+                hi, last = hi - (last - max(first - 1, self.predicted)), max(first - 1, self.predicted)
+                if last < first:
+                    continue
+            if first > self.known + 1:  # it comes in order: the events before it never got theirs
+                self.held.append((self.known + 1, None, 0, first - self.known - 1))
+            self.held.append((first, part, lo, hi))
+            self.known = last
         return out
-
-    def _known(self) -> int:
-        """The last event whose feedback was applied, given up or came."""
-        return max(self.applied, max(self.held, default=0))
 
     def _apply_held(self, upto: int, on_cut) -> None:
         """Apply the feedback held for the events up to ``upto``, in order,
-        a run of consecutive rows of one message per compiled call; a gap
-        (feedback that never came) is given up."""
-        while self.applied < upto and self.applied + 1 in self.held:
-            seq = self.applied + 1
-            got = self.held.pop(seq)
+        a run of consecutive rows of one message per compiled call (split
+        at flights and cuts); a gap (feedback that never came) is given up."""
+        while self.held and self.applied < upto:
+            first, part, lo, hi = self.held[0]
             flight = self.in_flight[0]
-            if got is None:
-                self._give_up(flight, seq + 1)
-                continue
-            part, i = got
-            end = i + 1
-            while seq + end - i <= min(upto, flight.last) and not part.checkpoints[end - 1]:
-                after = self.held.get(seq + end - i)
-                if after is None or after[0] is not part or after[1] != end:
-                    break
-                del self.held[seq + end - i]
-                end += 1
-            self._apply(part, i, end)
-            if part.checkpoints[end - 1] and on_cut is not None:
-                on_cut(int(part.seqs[end - 1]))
+            end = min(first + hi - lo - 1, upto, flight.last)  # the last event of this step
+            if part is None:
+                self._give_up(flight, end + 1)
+            else:
+                cuts = np.flatnonzero(part.checkpoints[lo:lo + end - first + 1])
+                if cuts.size:
+                    end = first + int(cuts[0])
+                self._apply(part, lo, lo + end - first + 1)
+                if cuts.size and on_cut is not None:
+                    on_cut(end)
+            if end == first + hi - lo - 1:
+                self.held.popleft()
+            else:
+                self.held[0] = (end + 1, part, lo + end + 1 - first, hi)
 
     def _apply(self, part: FeedbackColumns, i: int, end: int) -> None:
         """Rows i..end−1 of ``part``: the next events of the oldest flight."""
@@ -576,10 +585,10 @@ class ShardRunner:
         lost record cannot stall the shard; returns what is then predictable."""
         now = time.monotonic()
         stale = [f for f in self.in_flight if now - f.since > self.feedback_timeout]
-        if not stale:
+        if not stale or stale[-1].last <= self.known:
             return []
-        for seq in range(self.applied + 1, stale[-1].last + 1):
-            self.held.setdefault(seq, None)
+        self.held.append((self.known + 1, None, 0, stale[-1].last - self.known))
+        self.known = stale[-1].last
         self._apply_held(self._block_start(self.predicted + 1), on_cut)
         return self._predict_ready(on_cut)
 
@@ -597,8 +606,9 @@ class ShardRunner:
 
     def give_up_all(self, on_cut=None) -> None:
         """The input has ended: apply all the feedback held, give up the rest."""
-        for seq in range(self.applied + 1, self.predicted + 1):
-            self.held.setdefault(seq, None)
+        if self.predicted > self.known:
+            self.held.append((self.known + 1, None, 0, self.predicted - self.known))
+            self.known = self.predicted
         self._apply_held(self.predicted, on_cut)
 
     def part(self) -> tuple[np.ndarray, LearnerState, dict]:
@@ -612,6 +622,16 @@ class ShardRunner:
                   "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.offsets.items())],
                   "missing_feedback": len(self.missing), "duplicate_feedback": self.duplicates}
         return coords, state, header
+
+
+def _runs(seqs: np.ndarray, control: np.ndarray) -> list[tuple[int, int]]:
+    """Row ranges [lo, hi) of consecutive sequence numbers, each control row alone."""
+    n = seqs.shape[0]
+    if not n:
+        return []
+    breaks = np.flatnonzero((np.diff(seqs) != 1) | control[1:] | control[:-1]) + 1
+    edges = [0, *breaks.tolist(), n]
+    return list(zip(edges[:-1], edges[1:]))
 
 
 class PartialTable:
