@@ -18,7 +18,8 @@ from pipelines.records.feedback import feedback_batches
 from pipelines.state.resume import ResumePoint
 from pipelines.steps import EncodeDeadLetters, EncodeRecords, Keyed, model_parts, reorder
 
-from .protocol import FeedbackWatch, label_partition
+from .feedback_watch import FeedbackWatch
+from .messages import label_partition
 from .transforms import (CombineStep, DecodeShardedInput, FeedbackFaults, RouteEvents, ShardedRun, ShardStep,
                          skip_position, skip_record)
 

@@ -1,5 +1,5 @@
-"""Sharded mode's Beam transforms The protocol itself is in
-:mod:`pipelines.sharded.protocol`; this module only routes its messages.
+"""Sharded mode's Beam transforms. The protocol itself is in
+:mod:`pipelines.sharded` (router, shard, combiner); this module only routes its messages.
 
     events topic ─┐                      ┌─► DeadLetters ─► <topic>.dlq (and a record on the feedback topic)
                   ├─► ReadFromKafkaRanges ─► DecodeShardedInput
@@ -15,7 +15,7 @@
 
 With delayed labels (``--labels-topic``) the labels topic is read by the
 same source; the route step joins each label to its waiting event
-(:class:`pipelines.sharded.protocol.Router`), writes unusable labels to the
+(:class:`pipelines.sharded.router.Router`), writes unusable labels to the
 dead-letter topic itself, and decides the checkpoint cuts (see
 :data:`pipelines.state.cuts.LATE_PARTS`).
 
@@ -48,7 +48,11 @@ from pipelines.records.parts import EVENTS, FEEDBACK, LABELS, Decoded, Part
 from pipelines.steps import NAMESPACE, DecodeEvents, KeptCoder, KeptObjects, pickle_sharing, span_of, unpickle_sharing
 from schemas.codec import DecodeError
 
-from .protocol import PARTIALS, SLICES, Combiner, Partials, Router, ShardRunner, label_partition, state_classes
+from . import state_classes
+from .combiner import Combiner
+from .messages import PARTIALS, SLICES, Partials, label_partition
+from .router import Router
+from .shard import ShardRunner
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +132,7 @@ class _Sharded:
 
 def skip_position(cfg: RunConfig, topic: str, partition: int) -> int:
     """The partition a skip record names: labels-topic partitions coded apart
-    from the events topic's (:func:`pipelines.sharded.protocol.label_partition`)."""
+    from the events topic's (:func:`pipelines.sharded.messages.label_partition`)."""
     return label_partition(partition) if cfg.labels_topic and topic == cfg.labels_topic else partition
 
 

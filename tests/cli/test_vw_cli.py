@@ -11,7 +11,7 @@ from learners import OnlineLearner, make_learner
 from pipelines.records.events import vw_events
 from pipelines.records.topics import read_records
 from pipelines.records.vw_text import vw_rows
-from pipelines.sharded.protocol import Router
+from pipelines.sharded.router import Router
 from pipelines.steps import Position
 from tests.cli.test_cli import assert_one_error_line, ok, run
 from tests.pipelines.test_sharded_model import Loop

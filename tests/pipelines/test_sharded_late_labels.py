@@ -15,7 +15,9 @@ from learners.losses import losses_of
 from pipelines.kafka.consumer import KafkaMessage
 from pipelines.records.feedback import feedback_parts
 from pipelines.records.labels import PendingStore
-from pipelines.sharded.protocol import Combiner, Router, ShardRunner
+from pipelines.sharded.combiner import Combiner
+from pipelines.sharded.router import Router
+from pipelines.sharded.shard import ShardRunner
 from schemas.reasons import LABEL_DUPLICATE, LABEL_EXPIRED, LABEL_UNKNOWN_EVENT
 from learners.datasets import toy_examples
 from pipelines.records.events import dense_events

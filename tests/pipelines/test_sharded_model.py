@@ -179,7 +179,7 @@ def test_a_loop_kept_as_bytes_mid_stream_carries_on_as_the_uninterrupted_one(sta
     compiled algorithm and hasher are not pickled), carry on bit for bit
     like the loop that was never stopped."""
     from pipelines.records.feedback import FeedbackColumns
-    from pipelines.sharded.protocol import state_classes
+    from pipelines.sharded import state_classes
     from pipelines.steps import pickle_sharing, unpickle_sharing
 
     _, _, items = stream(300)
@@ -215,7 +215,7 @@ def test_state_bytes_that_name_any_other_global_are_refused():
     import os
     import pickle as stdlib_pickle
 
-    from pipelines.sharded.protocol import state_classes
+    from pipelines.sharded import state_classes
     from pipelines.steps import unpickle_sharing
 
     class Evil:
@@ -317,7 +317,7 @@ def test_a_batch_is_split_into_each_shards_entries_row_by_row_in_order(n_shards,
     coordinate it owns, in the row's order, the constant feature (coordinate
     0, value 1) first where its shard is s; rows that are empty stay rows."""
     from learners.sharding import shards_of
-    from pipelines.sharded.protocol import Router
+    from pipelines.sharded.router import Router
 
     rng = np.random.default_rng(n_shards + 10 * bias)
     lengths = rng.integers(0, 9, size=40)
@@ -346,7 +346,7 @@ def test_the_feedback_reader_lingers_only_after_a_busy_streams_feedback():
     (linger_seconds); after a few events' feedback it does not, so a quiet
     stream's next events are not held back."""
     from pipelines.kafka.consumer import KafkaMessage
-    from pipelines.sharded.protocol import FeedbackWatch
+    from pipelines.sharded.feedback_watch import FeedbackWatch
 
     rule = FeedbackWatch("run", heartbeat_seconds=1.0, linger_seconds=0.02, linger_min_bytes=8192)
     message = lambda size: KafkaMessage("fb", 0, 0, 0, None, b"x" * size)  # noqa: E731

@@ -5,7 +5,9 @@ The reference the sharded pipeline is held to, on any runner."""
 from learners import make_learner
 from learners.sharding import ShardedLearner
 from pipelines.records.feedback import feedback_parts
-from pipelines.sharded.protocol import Combiner, Router, ShardRunner
+from pipelines.sharded.combiner import Combiner
+from pipelines.sharded.router import Router
+from pipelines.sharded.shard import ShardRunner
 from pipelines.steps import Position
 from tests.support.parts import route
 
