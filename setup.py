@@ -12,8 +12,8 @@ setup(
     install_requires=[
         "numpy>=1.26",
         "numba>=0.60",  # compiled batch kernels
-        # the streaming pipeline; pinned: the deploy images, the Flink job server and the adjustments of
-        # pipelines/runners/ (harness.py, in_process.py) are those of this version (tests/deploy checks the images)
+        # the streaming pipeline; pinned: the deploy images, the Flink job server and the adjustments in
+        # pipelines/runners/compat.py are those of this version (tests/deploy and tests/runners/test_compat.py check)
         "apache-beam==2.78.0",
         "confluent-kafka>=2.13",  # Kafka clients under the Beam source and sink; its schema registry client
         # What confluent-kafka's schemaregistry extra needs, named one by one: the extra itself pins a certifi

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Fault trials of `scinol run` on the embedded broker, with the table of
-issue 8: trials run, faults injected, events lost, events double-applied,
+"""Fault trials of `scinol run` on the embedded broker, and a table of what
+they found: trials run, faults injected, events lost, events double-applied,
 dead letters by reason, fuzz cases tried.
 
 1. An uninterrupted run: its final models are the reference (and must equal
@@ -134,7 +134,7 @@ def print_table(results: list[TrialResult], fuzz_cases: int, fuzz_reasons: colle
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=6000, help="events per model (two models)")
-    ap.add_argument("--trials", type=int, default=12, help="crash trials (>= 10 for the issue)")
+    ap.add_argument("--trials", type=int, default=12, help="crash trials (10 or more for a meaningful table)")
     ap.add_argument("--pause", type=float, default=30.0, help="seconds the broker is SIGSTOPped")
     ap.add_argument("--refuse", type=float, default=30.0, help="seconds the broker port refuses connections")
     ap.add_argument("--fuzz-cases", type=int, default=100_000, help="messages through the decode DoFn")

@@ -18,8 +18,8 @@ from pipelines.config import RunConfig
 from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.kafka.transactions import TransactionalOutput
 from pipelines.runners import flink_rest
-from pipelines.runners.harness import collect_garbage_rarely, end_bundles_promptly
-from pipelines.runners.in_process import consolidate_metrics_eagerly
+from pipelines.runners.compat import adjust_beam
+from pipelines.runners.harness import collect_garbage_rarely
 from pipelines.runners.options import FlinkLatencyOptions, low_latency_flink_args
 from pipelines.state.resume import ResumePoint, check_resume, resume_exact, resume_sharded, source_of, supersede
 from pipelines.steps import NAMESPACE
@@ -172,8 +172,7 @@ def start(cfg: RunConfig):
         cloud.job_name = cloud.job_name or f"scinol-{cfg.topic}-{uuid.uuid4().hex[:8]}"
     p = beam.Pipeline(runner=runner, options=options)
     build(p, cfg, point)
-    end_bundles_promptly()  # for harnesses in this process: the in-process runner's, LOOPBACK's
-    consolidate_metrics_eagerly()  # the in-process runner's, which may run for hours
+    adjust_beam()  # for the in-process runner and the harnesses in this process (LOOPBACK's)
     collect_garbage_rarely()
     result = p.run()
     return result if master is None else SessionJob(result, master, options.view_as(GoogleCloudOptions).job_name)

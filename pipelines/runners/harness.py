@@ -1,20 +1,8 @@
-"""The Python SDK harness, with bundles that end when their work is done.
+"""The Python SDK harness, with bundles that end when their work is done
+(:func:`pipelines.runners.compat.end_bundles_promptly`).
 
-Beam's Python SDK harness (2.77, 2.78) times each bundle's steps with a sampler
-thread. The thread's sleep grows from 2 ms to 200 ms over a bundle's first
-second, and ending the bundle joins it: a bundle that ran for a second or more
-then idles for up to 200 ms (100 ms on average) after its last step. Our Kafka
-read checkpoints after a second of reading, so every live bundle paid it, on
-every runner whose workers are Python harnesses (the FnApiRunner, Flink,
-Prism), and events arriving meanwhile waited: it was most of exact mode's
-p99 latency at 5,000 events/s (138 ms; docs/benchmarks.md, "Latency at a
-fixed offered load").
-
-:func:`end_bundles_promptly` caps the sampler's period at 10 ms in this
-process, so a bundle ends within 10 ms of its work. The cost is a thread
-waking every 10 ms per running bundle, taking a lock without the GIL.
-``scinol run`` applies it in its own process (the in-process runner and
-LOOPBACK harnesses); :func:`main` is the harness a worker pool started by
+``scinol run`` applies Beam's adjustments in its own process (the
+in-process runner and LOOPBACK harnesses); :func:`main` is the harness a worker pool started by
 :class:`~pipelines.runners.flink_cluster.FlinkSessionCluster` runs (its
 ``--container_executable``), so Flink's workers get it too.
 
@@ -30,31 +18,15 @@ from __future__ import annotations
 
 import argparse
 import gc
-import inspect
 import logging
 
+from .compat import adjust_beam
 from .startup import one_blas_thread, skip_numba_probes
 
 log = logging.getLogger(__name__)
 
-SAMPLING_PERIOD_MS = 10
 GC_YOUNG_THRESHOLD = 20_000
 """Tracked objects allocated between young collections (Python's default: 700)."""
-
-
-def end_bundles_promptly(period_ms: int = SAMPLING_PERIOD_MS) -> bool:
-    """Make Beam's step-time sampler, in samplers made from now on in this
-    process, sleep at most ``period_ms``. False (and nothing changed) if the
-    installed Beam's sampler is not the one this was written for."""
-    from apache_beam.runners.worker import statesampler
-
-    init = statesampler.StateSampler.__init__
-    param = inspect.signature(init).parameters.get("sampling_period_ms")
-    if param is None or init.__defaults__ not in ((statesampler.DEFAULT_SAMPLING_PERIOD_MS,), (period_ms,)):
-        log.info("Beam's StateSampler has changed; its sampling period is left as it is")
-        return False
-    init.__defaults__ = (period_ms,)
-    return True
 
 
 def collect_garbage_rarely(young: int = GC_YOUNG_THRESHOLD) -> None:
@@ -77,7 +49,7 @@ def main(argv=None) -> None:
     """A worker pool's harness (Beam's container contract: it is called with
     ``--id`` and ``--control_endpoint`` among others). Runs the SDK harness
     as the pool itself would (no state cache, no data buffer time limit),
-    with :func:`end_bundles_promptly` applied first, numba's optional
+    with :func:`~pipelines.runners.compat.adjust_beam` applied first, numba's optional
     probes skipped and one OpenBLAS thread (:mod:`pipelines.runners.startup`):
     every worker loads the compiled kernels."""
     one_blas_thread()
@@ -86,7 +58,7 @@ def main(argv=None) -> None:
     parser.add_argument("--id", required=True)
     parser.add_argument("--control_endpoint", required=True)
     args, _ = parser.parse_known_args(argv)
-    end_bundles_promptly()
+    adjust_beam()
     from apache_beam.runners.worker.sdk_worker import SdkHarness
 
     collect_garbage_rarely()

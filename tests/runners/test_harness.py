@@ -1,43 +1,6 @@
-"""pipelines.runners.harness: Beam's step-time sampler no longer holds a
-bundle's end for up to 200 ms."""
+"""pipelines.runners.harness: the worker's garbage collector settings."""
 
-import time
 import weakref
-
-from apache_beam.runners.worker import statesampler
-from apache_beam.utils.counters import CounterFactory
-
-from pipelines.runners.harness import SAMPLING_PERIOD_MS, end_bundles_promptly
-
-
-def _stop_seconds(sampler) -> float:
-    """How long ``stop()`` takes after a bundle-long second of sampling
-    (the sampler's sleep has grown to its cap by then)."""
-    sampler.start()
-    time.sleep(1.2)
-    began = time.monotonic()
-    sampler.stop()
-    return time.monotonic() - began
-
-
-def test_a_sampler_made_after_it_stops_within_its_short_period():
-    assert end_bundles_promptly()
-    assert end_bundles_promptly()  # a second call changes nothing and says so
-    sampler = statesampler.StateSampler("t", CounterFactory())
-    assert sampler.sampling_period_ms == SAMPLING_PERIOD_MS
-    # Beam's 200 ms period would make each stop wait 0-200 ms; five stops all under 60 ms
-    # would then happen with probability 0.3^5
-    waits = [_stop_seconds(statesampler.StateSampler("t", CounterFactory())) for _ in range(5)]
-    assert max(waits) < 0.060, waits
-
-
-def test_an_unknown_sampler_is_left_alone(monkeypatch):
-    def changed(self, prefix, counter_factory, sampling_period_ms=50, ratio=2.0):
-        pass
-
-    monkeypatch.setattr(statesampler.StateSampler, "__init__", changed)
-    assert not end_bundles_promptly()
-    assert statesampler.StateSampler.__init__.__defaults__ == (50, 2.0)
 
 
 def test_garbage_is_collected_rarely_and_the_start_up_heap_is_frozen_once():

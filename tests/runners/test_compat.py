@@ -1,14 +1,41 @@
-"""pipelines.runners.in_process: the FnApiRunner's metrics do not grow with
-its bundles, so a long run keeps its memory and can read its counters."""
+"""pipelines.runners.compat: every adjustment to Beam's internals applies to
+the pinned Beam (a Beam upgrade fails here, naming the adjustment); the
+step-time sampler no longer holds a bundle's end for up to 200 ms; the
+FnApiRunner's metrics do not grow with its bundles, so a long run keeps its
+memory and can read its counters."""
+
+import logging
+import re
+import time
+from pathlib import Path
 
 import apache_beam as beam
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.metrics import Metrics, MetricsFilter
 from apache_beam.metrics.cells import GaugeData
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.worker import statesampler
 from apache_beam.transforms.core import RestrictionProvider
+from apache_beam.utils.counters import CounterFactory
 
-from pipelines.runners.in_process import consolidate_metrics_eagerly
+from pipelines.runners.compat import (BEAM_VERSION, SAMPLING_PERIOD_MS, adjust_beam, consolidate_metrics_eagerly,
+                                      end_bundles_promptly)
+
+SETUP = Path(__file__).resolve().parents[2] / "setup.py"
+
+
+def test_the_adjustments_were_written_for_the_beam_that_is_pinned_and_installed():
+    pinned = re.search(r'"apache-beam==([^"]+)"', SETUP.read_text()).group(1)
+    assert pinned == BEAM_VERSION == beam.__version__, (
+        f"setup.py pins apache-beam {pinned}, {beam.__version__} is installed, pipelines/runners/compat.py was "
+        f"written for {BEAM_VERSION}: re-check each adjustment there against the new Beam, then set BEAM_VERSION")
+
+
+def test_every_adjustment_applies_to_the_installed_beam():
+    applied = adjust_beam()
+    assert applied and all(applied.values()), (
+        f"apache-beam {beam.__version__}: these compat adjustments no longer apply: "
+        f"{sorted(name for name, ok in applied.items() if not ok)}")
 
 # Beam's lazy merge could not read its metrics past about 1,000 bundles of a stage, or 3,000 where
 # jedi is installed (importing it raises Python's recursion limit to 3,000)
@@ -85,3 +112,35 @@ def test_a_run_whose_metrics_cannot_be_read_says_why_it_has_no_summary(caplog):
     with caplog.at_level("WARNING", logger="pipelines.launch"):
         assert summarize(_ResultWhoseMetricsFail()) is None
     assert "RecursionError: maximum recursion depth exceeded" in caplog.text
+
+
+def _stop_seconds(sampler) -> float:
+    """How long ``stop()`` takes after a bundle-long second of sampling
+    (the sampler's sleep has grown to its cap by then)."""
+    sampler.start()
+    time.sleep(1.2)
+    began = time.monotonic()
+    sampler.stop()
+    return time.monotonic() - began
+
+
+def test_a_sampler_made_after_it_stops_within_its_short_period():
+    assert end_bundles_promptly()
+    assert end_bundles_promptly()  # a second call changes nothing and says so
+    sampler = statesampler.StateSampler("t", CounterFactory())
+    assert sampler.sampling_period_ms == SAMPLING_PERIOD_MS
+    # Beam's 200 ms period would make each stop wait 0-200 ms; five stops all under 60 ms
+    # would then happen with probability 0.3^5
+    waits = [_stop_seconds(statesampler.StateSampler("t", CounterFactory())) for _ in range(5)]
+    assert max(waits) < 0.060, waits
+
+
+def test_an_unknown_sampler_is_left_alone_and_said_so(monkeypatch, caplog):
+    def changed(self, prefix, counter_factory, sampling_period_ms=50, ratio=2.0):
+        pass
+
+    monkeypatch.setattr(statesampler.StateSampler, "__init__", changed)
+    with caplog.at_level(logging.WARNING, logger="pipelines.runners.compat"):
+        assert not end_bundles_promptly()
+    assert statesampler.StateSampler.__init__.__defaults__ == (50, 2.0)
+    assert "compat adjustment end_bundles_promptly not applied" in caplog.text

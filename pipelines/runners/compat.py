@@ -1,0 +1,114 @@
+"""Every adjustment scinol-stream makes to Beam's internals, in one place.
+
+Each one was written for the Beam version this project pins
+(:data:`BEAM_VERSION`, the same as setup.py's). Each checks that the code it
+adjusts is still the code it was written for; if not, it changes nothing
+and logs a warning naming itself, and tests/runners/test_compat.py fails
+naming it, so a Beam upgrade cannot change behaviour silently.
+
+``end_bundles_promptly`` (the Python SDK harness: :mod:`pipelines.runners.harness`
+and ``scinol run``'s own process). Beam's Python SDK harness (2.77, 2.78) times each bundle's steps with a sampler
+thread. The thread's sleep grows from 2 ms to 200 ms over a bundle's first
+second, and ending the bundle joins it: a bundle that ran for a second or more
+then idles for up to 200 ms (100 ms on average) after its last step. Our Kafka
+read checkpoints after a second of reading, so every live bundle paid it, on
+every runner whose workers are Python harnesses (the FnApiRunner, Flink,
+Prism), and events arriving meanwhile waited: it was most of exact mode's
+p99 latency at 5,000 events/s (138 ms; docs/benchmarks.md, "Latency at a
+fixed offered load").
+
+:func:`end_bundles_promptly` caps the sampler's period at 10 ms in this
+process, so a bundle ends within 10 ms of its work. The cost is a thread
+waking every 10 ms per running bundle, taking a lock without the GIL.
+
+``consolidate_metrics_eagerly`` (the in-process runner, ``scinol run``). After each bundle, Beam's FnApiRunner (2.77, 2.78) folds the bundle's monitoring
+infos into its stage's with a generator, ``consolidate(chain(new, previous))``,
+that nothing reads before the run ends. So an unbounded run keeps every
+bundle's metrics, one more nested generator per bundle (about 170 a minute
+in ``scinol run`` at 27,000 events/s), and a run of more than about 1,000
+bundles of one stage (a bounded backfill of a quarter of an hour, at one
+bundle a second) cannot read its metrics when it ends: the nested
+generators raise RecursionError, so the run's summary was lost.
+
+:func:`consolidate_metrics_eagerly` makes the runner fold each bundle's
+metrics into a list at once: the same metrics, merged by the same function,
+kept as one entry per metric and step instead of one per bundle (for a
+gauge, its latest value: Beam's merge kept every bundle's).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+
+log = logging.getLogger(__name__)
+
+BEAM_VERSION = "2.78.0"
+"""The apache-beam version the adjustments below were written for and tested with."""
+
+SAMPLING_PERIOD_MS = 10
+
+
+def adjust_beam() -> dict[str, bool]:
+    """Apply every adjustment to this process's Beam; which ones applied."""
+    return {"end_bundles_promptly": end_bundles_promptly(),
+            "consolidate_metrics_eagerly": consolidate_metrics_eagerly()}
+
+
+def _not_applied(name: str, why: str) -> None:
+    import apache_beam
+
+    log.warning("compat adjustment %s not applied to apache-beam %s (written for %s): %s",
+                name, apache_beam.__version__, BEAM_VERSION, why)
+
+
+def end_bundles_promptly(period_ms: int = SAMPLING_PERIOD_MS) -> bool:
+    """Make Beam's step-time sampler, in samplers made from now on in this
+    process, sleep at most ``period_ms``. False (and nothing changed) if the
+    installed Beam's sampler is not the one this was written for."""
+    from apache_beam.runners.worker import statesampler
+
+    init = statesampler.StateSampler.__init__
+    param = inspect.signature(init).parameters.get("sampling_period_ms")
+    if param is None or init.__defaults__ not in ((statesampler.DEFAULT_SAMPLING_PERIOD_MS,), (period_ms,)):
+        _not_applied("end_bundles_promptly", "Beam's StateSampler.__init__ no longer takes the default period "
+                     "it was written for; bundles may idle up to 200 ms after their work")
+        return False
+    init.__defaults__ = (period_ms,)
+    return True
+
+
+def consolidate_metrics_eagerly() -> bool:
+    """Make the FnApiRunner of this process merge each bundle's metrics at
+    once. False (and nothing changed) if the installed Beam's runner no
+    longer merges them with the function this was written for."""
+    from apache_beam.metrics import monitoring_infos as infos
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+    current = getattr(fn_runner, "consolidate_monitoring_infos", None)
+    if current is _consolidated_list:
+        return True
+    if current is not infos.consolidate:
+        _not_applied("consolidate_metrics_eagerly", "fn_runner.consolidate_monitoring_infos is no longer "
+                     "Beam's consolidate; a long in-process run may lose its metrics")
+        return False
+    fn_runner.consolidate_monitoring_infos = _consolidated_list
+    return True
+
+
+def _consolidated_list(metrics, key=None) -> list:
+    """Beam's merge, as a list, keeping only the latest value of each gauge
+    (Beam's merge keeps them all: it has no combiner for gauges, and the
+    runner's results read only the latest)."""
+    from apache_beam.metrics import monitoring_infos as infos
+
+    key = key or infos.to_key
+    merged, gauges = [], {}
+    for info in infos.consolidate(metrics, key):
+        if not infos.is_gauge(info):
+            merged.append(info)
+            continue
+        k = key(info)
+        if k not in gauges or infos.extract_gauge_value(info)[0] > infos.extract_gauge_value(gauges[k])[0]:
+            gauges[k] = info
+    return merged + list(gauges.values())
