@@ -173,6 +173,17 @@ def tansu_bootstrap(_brokers):
     return _broker("tansu", _brokers)
 
 
+@pytest.fixture(scope="module")
+def secure_broker():
+    """Apache Kafka with SASL/SCRAM over TLS (one KRaft node), for a module's tests."""
+    from pipelines.kafka.apache_broker import ApacheKafkaBroker
+    from tests.support.brokers import started
+
+    broker = started(ApacheKafkaBroker(secure=True))
+    yield broker
+    broker.stop()
+
+
 @pytest.fixture
 def topic_name(request):
     """A topic name unique to the test (the session's broker is shared)."""

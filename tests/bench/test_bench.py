@@ -5,7 +5,6 @@ say so and leave their rows out, which the second test forces."""
 
 import math
 import re
-import struct
 import sys
 
 import numpy as np
@@ -14,6 +13,7 @@ from pipelines.bench.metrics import LOSS_CAP, binary_score_losses, capped, proba
 from pipelines.bench.optional import have
 from pipelines.bench.report import update_section
 from pipelines.cli.main import main
+from tests.support.png import assert_png
 
 OURS = ["ScInOL2", "ScInOL1", "Alg1-K17 (kotlowski1)", "SGD (best lr)", "AdaGrad (best lr)", "Adam (best lr)",
         "NAG (best lr)"]
@@ -40,19 +40,6 @@ def mean_of(cell: str) -> float:
     mean, std = float(m.group(1)), float(m.group(2))
     assert math.isfinite(mean) and math.isfinite(std) and std >= 0, cell
     return mean
-
-
-def assert_png(path):
-    raw = path.read_bytes()
-    assert raw[:8] == b"\x89PNG\r\n\x1a\n", path
-    assert raw[12:16] == b"IHDR"
-    width, height = struct.unpack(">II", raw[16:24])
-    assert width >= 400 and height >= 300, (path, width, height)
-    assert raw[-8:-4] == b"IEND"
-    import matplotlib.image
-
-    image = matplotlib.image.imread(str(path))  # decodes the whole image
-    assert image.shape[:2] == (height, width) and image.std() > 0  # not blank
 
 
 def run_quick(tmp_path, capsys, *extra):

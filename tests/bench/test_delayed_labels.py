@@ -7,7 +7,7 @@ import pytest
 
 from learners import make_learner
 from pipelines.bench.delayed_labels import curves, delayed_losses, main, schedule, toy_events
-from tests.bench.test_bench import assert_png
+from tests.support.png import assert_png
 
 
 def test_delay_zero_is_the_inline_curve_and_late_curves_differ():

@@ -13,8 +13,8 @@ from pipelines.records.topics import read_records
 from pipelines.records.vw_text import vw_rows
 from pipelines.sharded.router import Router
 from pipelines.steps import Position
-from tests.cli.test_cli import assert_one_error_line, ok, run
-from tests.pipelines.test_sharded_model import Loop
+from tests.support.cli import assert_one_error_line, ok, run
+from tests.support.sharded_loop import Loop
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from learners import OnlineLearner, make_learner
 from pipelines.records.datafiles import open_reader
-from tests.cli.test_cli import assert_one_error_line, ok, read_predictions, run, workdir, write  # noqa: F401
+from tests.support.cli import assert_one_error_line, ok, read_predictions, run, write
 
 
 def weighted_rows(n=400, seed=0):

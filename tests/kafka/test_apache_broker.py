@@ -42,13 +42,6 @@ def broker():
     broker.stop()
 
 
-@pytest.fixture(scope="module")
-def secure_broker():
-    broker = started(ApacheKafkaBroker(secure=True))
-    yield broker
-    broker.stop()
-
-
 def _config(broker, **overrides) -> dict:
     return {"bootstrap.servers": broker.bootstrap, **broker.client_config(), **overrides}
 

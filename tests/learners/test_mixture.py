@@ -152,7 +152,7 @@ def test_only_log_losses_and_the_weights_of_the_linear_bases():
 @pytest.mark.parametrize("off", [("scinol1", "kotlowski1"), ("kt", "scinol1", "kotlowski1"), ("kt",), ("center",),
                                  ("kt", "scinol1", "kotlowski1", "center")])
 def test_bases_left_out_match_the_reference_and_shrink_n(loss, off):
-    from tests.learners.test_contract import data, reference_scores
+    from tests.support.contract import data
     from tests.reference import make_reference
     from tests.support.compare import assert_scores_match
 
@@ -189,7 +189,7 @@ def _reference_run(loss, X, y, **params):
 def test_averaged_iterates_score_unlabelled_rows_as_the_reference(loss, off):
     """average=1: an unlabelled row is scored with (1/T) Σ_{t≤T} w_t of each
     base (the reference keeps every iterate; the kernel sums lazily)."""
-    from tests.learners.test_contract import data
+    from tests.support.contract import data
     from tests.support.compare import assert_scores_match
 
     params = {"average": 1.0, **ALL, **{name: 0.0 for name in off}}

@@ -23,7 +23,7 @@ import pytest
 from learners import make_algorithm, make_learner
 from learners.losses import loss_and_grad, prepare_labels
 from learners.sharding import ShardedLearner
-from tests.learners.test_contract import NAMES, cases, data, loss_for, model
+from tests.support.contract import NAMES, cases, data, loss_for, model
 from tests.reference import make_reference
 from tests.support.compare import assert_scores_match
 from tests.support.gen import to_csr

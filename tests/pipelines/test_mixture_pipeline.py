@@ -15,7 +15,7 @@ from pipelines.launch import run
 from pipelines.records.topics import produce_events, read_records
 from pipelines.state.checkpoints import CheckpointStore
 from pipelines.state.cuts import CutStore
-from tests.pipelines.test_sharded_model import Loop, merged_arrays, stream
+from tests.support.sharded_loop import Loop, merged_arrays, stream
 from tests.support.runs import config, toy_stream
 
 MIX = LearnerConfig(learner="scinol-mix")

@@ -15,7 +15,6 @@ import zipfile
 import numpy as np
 import pytest
 
-from tests.kafka.test_apache_broker import secure_broker  # noqa: F401 - a fixture (SASL/SCRAM over TLS)
 from tests.support.faultkit import REPO
 from learners import OnlineLearner, make_learner
 from learners.state import StateFileError
@@ -313,7 +312,7 @@ def _properties(path: pathlib.Path, settings: dict) -> str:
 
 
 @pytest.mark.slow
-def test_scinol_run_on_sasl_scram_over_tls_and_its_two_refusals(secure_broker, topic_name, tmp_path):  # noqa: F811
+def test_scinol_run_on_sasl_scram_over_tls_and_its_two_refusals(secure_broker, topic_name, tmp_path):
     """The right credentials: the run learns and predicts every event. A
     wrong password (to ``scinol run`` or ``scinol produce``), or a CA that
     did not sign the broker's certificate: one line naming the broker and

@@ -112,7 +112,7 @@ def test_a_restart_keeps_the_events_waiting_for_labels(kafka_bootstrap, topic_na
 
 
 def test_scinol_run_takes_a_labels_topic_with_shards(kafka_bootstrap, topic_name, tmp_path, capsys):
-    from tests.cli.test_cli import ok
+    from tests.support.cli import ok
 
     X, y, events = toy_stream(200)
     ids = [e["id"] for e in events]

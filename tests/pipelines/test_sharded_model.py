@@ -8,19 +8,10 @@ import pytest
 
 from learners import make_learner
 from learners.datasets import toy_examples
-from pipelines.records.events import dense_events
 from pipelines.records.feedback import feedback_parts
 from pipelines.steps import Position
 from tests.support.parts import route
-from tests.support.sharded_loop import Loop, merged_arrays
-
-
-def stream(n, seed=0, unlabelled_every=7):
-    X, y = toy_examples(n, seed)
-    y = y.copy()
-    y[::unlabelled_every] = np.nan
-    events = list(dense_events(X, y, "e-", model="m", start_ms=1_700_000_000_000))
-    return X, y, [(Position("events", 0, i), e) for i, e in enumerate(events)]
+from tests.support.sharded_loop import Loop, merged_arrays, stream
 
 
 @pytest.mark.parametrize("learner_name", ["scinol2", "kt", "nag"])

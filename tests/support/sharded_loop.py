@@ -2,8 +2,12 @@
 Router → K ShardRunners → Combiner with the feedback loop closed in memory.
 The reference the sharded pipeline is held to, on any runner."""
 
+import numpy as np
+
 from learners import make_learner
+from learners.datasets import toy_examples
 from learners.sharding import ShardedLearner
+from pipelines.records.events import dense_events
 from pipelines.records.feedback import feedback_parts
 from pipelines.sharded.combiner import Combiner
 from pipelines.sharded.router import Router
@@ -69,3 +73,12 @@ def in_one_process(events: list[dict], topic: str, k: int, staleness: int = 0) -
     loop.run([(Position(topic, 0, i), e) for i, e in enumerate(events)])
     assert [p["event_id"] for p in loop.predictions] == [e["id"] for e in events]
     return [p["score"] for p in loop.predictions]
+
+
+def stream(n, seed=0, unlabelled_every=7):
+    """(X, y, (Position, event) pairs) of the toy data, every 7th unlabelled."""
+    X, y = toy_examples(n, seed)
+    y = y.copy()
+    y[::unlabelled_every] = np.nan
+    events = list(dense_events(X, y, "e-", model="m", start_ms=1_700_000_000_000))
+    return X, y, [(Position("events", 0, i), e) for i, e in enumerate(events)]
