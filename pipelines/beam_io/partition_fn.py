@@ -59,6 +59,8 @@ class PartitionSpec(NamedTuple):
     start: int
     stop: int
     stop_rule: Any = None
+    salt: int = 0
+    """Chosen so the read of this partition runs on the subtask wanted (:mod:`.placement`)."""
     """Optional: ends the read early (see :class:`~pipelines.kafka.consumer.StopRule`)."""
 
 

@@ -24,11 +24,13 @@ from __future__ import annotations
 from typing import Optional
 
 import apache_beam as beam
+from apache_beam import coders
 
 from pipelines.kafka.consumer import UNBOUNDED_STOP, PartitionRange, resolve_ranges
 
 from .batch_coder import KafkaBatch
 from .partition_fn import BoundedReadPartitionFn, PartitionSpec, UnboundedReadPartitionFn
+from .placement import Placement, nested, salt_for
 
 CALL_SECONDS = 1.0
 """Default longest read of a partition in one call (``checkpoint_seconds``)."""
@@ -98,6 +100,23 @@ class ReadFromKafka(beam.PTransform):
                 | "ReadPartitions" >> beam.ParDo(self.read).with_output_types(KafkaBatch))
 
 
+def placed_specs(ranges: list[PartitionRange], placement: Placement) -> list[PartitionSpec]:
+    """The ranges as the source's elements, range ``i`` salted to be read on
+    subtask ``i``: Flink keys a splittable DoFn's work by its element,
+    pickled (so length-prefixed for the runner)."""
+    specs = [PartitionSpec(*r) for r in ranges]
+    if placement.parallelism == 1:
+        return specs
+    pickled = coders.registry.get_coder(PartitionSpec)
+
+    def key(spec: PartitionSpec) -> bytes:
+        return nested(pickled.encode(spec))
+
+    return [spec._replace(salt=salt_for(lambda salt: key(spec._replace(salt=salt)), i % placement.parallelism,
+                                        placement.parallelism, placement.max_parallelism))
+            for i, spec in enumerate(specs)]
+
+
 class ReadFromKafkaRanges(beam.PTransform):
     """Read given partition ranges, of one or several topics, as batches
     (``list[KafkaMessage]``, one partition per batch) in one splittable DoFn.
@@ -108,15 +127,16 @@ class ReadFromKafkaRanges(beam.PTransform):
     runs live, which two sources joined by a Flatten would not. A range with
     ``stop = UNBOUNDED_STOP`` reads until its ``stop_rule`` says so (or
     forever); the read is unbounded if any range is. Settings as for
-    :class:`ReadFromKafka` (``checkpoint_seconds`` None: its default)."""
+    :class:`ReadFromKafka` (``checkpoint_seconds`` None: its default);
+    ``placement``: range ``i`` is read on subtask ``i`` (mod the parallelism)."""
 
     def __init__(self, bootstrap: str, ranges: list[PartitionRange], *, group_id: Optional[str] = None,
                  consumer_config: Optional[dict] = None, max_batch: int = 1000, poll_timeout: float = 0.2,
-                 checkpoint_seconds: float | None = None):
+                 checkpoint_seconds: float | None = None, placement: Placement | None = None):
         super().__init__()
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
-        self.ranges = [PartitionSpec(*r) for r in ranges]
+        self.ranges = placed_specs(ranges, placement or Placement())
         unbounded = any(r.stop >= UNBOUNDED_STOP for r in self.ranges)
         self.read = _read_fn(unbounded, bootstrap, group_id, dict(consumer_config or {}), max_batch, poll_timeout,
                              CALL_SECONDS if checkpoint_seconds is None else checkpoint_seconds)
