@@ -99,6 +99,14 @@ class RunConfig:
     partition (a runner that delivers out of order); past it the run stops with an error."""
     execution_mode: str | None = None
     """Flink: "streaming" (None: the default) or "batch" (a bounded exact run, stage after stage)."""
+    parallelism: int | None = None
+    """Flink's subtasks per step when the run names a number (set by pipelines.launch.placement_for_runner):
+    the keyed steps then place their keys evenly over them (pipelines.steps.placement)."""
+    max_parallelism: int | None = None
+    """Flink's key groups, when the run sets them (None: Flink's default for the parallelism)."""
+    place_models: tuple = ()
+    """Models to spread over a Flink run's subtasks, one a subtask in this order (others go where
+    their names hash)."""
     exactly_once: bool = False
     """Predictions in Kafka transactions, each committed with the input offsets it answers
     (pipelines.kafka.transactions): a read_committed consumer sees each once, even after failovers."""

@@ -117,6 +117,19 @@ def read_calls_for_runner(cfg: RunConfig, options: PipelineOptions) -> RunConfig
     return dataclasses.replace(cfg, read_call_seconds=min(CALL_SECONDS, bundle_ms / 1000))
 
 
+def placement_for_runner(cfg: RunConfig, options: PipelineOptions) -> RunConfig:
+    """``cfg`` with its keys placed for Flink's subtasks when the run asks
+    for a parallelism: each partition read and sequenced on subtask
+    ``partition % parallelism``, the models of ``place_models`` one a
+    subtask, a model's shards on consecutive subtasks. Other runners (and
+    Flink at its default parallelism) place keys themselves."""
+    flink = options.view_as(FlinkRunnerOptions)
+    if not _on_flink(options) or (flink.parallelism or -1) < 2:
+        return cfg
+    groups = flink.max_parallelism if (flink.max_parallelism or -1) > 0 else None
+    return dataclasses.replace(cfg, parallelism=flink.parallelism, max_parallelism=groups)
+
+
 def _on_flink(options: PipelineOptions) -> bool:
     return "flink" in (options.view_as(StandardOptions).runner or "").lower()
 
@@ -165,7 +178,7 @@ def start(cfg: RunConfig):
         output_schemas(cfg)
     cfg, point = prepare_resume(cfg, admin)
     options, runner = pipeline_options(cfg)
-    cfg = read_calls_for_runner(cfg, options)
+    cfg = placement_for_runner(read_calls_for_runner(cfg, options), options)
     master = session_master(options)
     if master is not None:
         cloud = options.view_as(GoogleCloudOptions)

@@ -39,6 +39,18 @@ def input_limits(args) -> dict:
     return limits
 
 
+def place_models(args) -> tuple:
+    """--models as names; only with --runner flink (the other runners place keys themselves)."""
+    if args.models is None:
+        return ()
+    names = tuple(name.strip() for name in args.models.split(","))
+    if not all(names):
+        raise UsageError(f"run: --models takes model names separated by commas, got {args.models!r}")
+    if args.runner != "flink":
+        raise UsageError(f"run: --models places models on Flink's subtasks; --runner is {args.runner}")
+    return names
+
+
 def runner_beam_args(args, provision: bool = True) -> list[str]:
     """--runner and its options as Beam flags, before the pass-through ones
     (provisions the Flink job server or Prism if not yet in the cache; with
@@ -83,7 +95,8 @@ def run(args) -> int:
         shards=args.shards, max_staleness=args.max_staleness, feedback_topic=args.feedback_topic,
         feedback_timeout=args.feedback_timeout, from_scratch=args.from_scratch, labels_topic=args.labels_topic,
         label_ttl=args.label_ttl, max_pending=args.max_pending, exactly_once=args.exactly_once,
-        max_waiting=args.max_waiting, execution_mode=args.execution_mode, **input_limits(args))
+        max_waiting=args.max_waiting, execution_mode=args.execution_mode, place_models=place_models(args),
+        **input_limits(args))
     try:
         cfg.check()
     except ValueError as exc:
@@ -322,7 +335,11 @@ def add_parser(sub) -> None:
                    help="run the job's Python in a Beam SDK worker pool, one process per TaskManager (`scinol flink "
                         "up` starts one and prints it), instead of in this process (LOOPBACK, one core)")
     r.add_argument("--parallelism", type=int, default=None, metavar="N",
-                   help="Flink parallelism (default: the cluster's; partitions, not splits, spread the source)")
+                   help="Flink parallelism (default: the cluster's); with N, partition i is read and sequenced on "
+                        "subtask i %% N and the models of --models go one a subtask")
+    r.add_argument("--models", default=None, metavar="NAME[,NAME...]",
+                   help="Flink with --parallelism: the models to spread, one a subtask in this order (others go "
+                        "where their names hash); each partition is read on subtask partition %% parallelism")
     r.add_argument("--execution-mode", choices=("streaming", "batch"), default=None,
                    help="Flink: streaming (default), or batch for a --bounded exact run (Flink runs it stage by "
                         "stage; the result is the same bits)")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import typing
 
 import apache_beam as beam
 
@@ -12,13 +11,12 @@ from pipelines.config import RunConfig
 from pipelines.kafka.consumer import resolve_ranges
 from pipelines.state.progress import write_run_start
 from pipelines.state.resume import ResumePoint
-from pipelines.steps import DecodeEvents, EncodeDeadLetters, EncodeRecords, model_parts
+from pipelines.steps import DecodeEvents, EncodeDeadLetters, EncodeRecords, Keyed, model_parts, placement
 
 from .transforms import LearnModels
 
 log = logging.getLogger(__name__)
 
-Keyed = typing.Tuple[str, typing.Any]  # output type hints give the keyed step a deterministic key coder
 
 
 def _read(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint):
@@ -38,7 +36,7 @@ def _read(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint):
         write_run_start(cfg.checkpoint_dir, {(r.topic, r.partition): r.start for r in ranges})
     return p | "Read" >> ReadFromKafkaRanges(
         cfg.bootstrap, ranges, group_id=cfg.group_id, consumer_config=cfg.kafka_config, max_batch=cfg.max_batch,
-        checkpoint_seconds=cfg.read_call_seconds)
+        checkpoint_seconds=cfg.read_call_seconds, placement=placement(cfg))
 
 
 def build_exact(p: beam.Pipeline, cfg: RunConfig, point: ResumePoint) -> None:

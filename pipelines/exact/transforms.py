@@ -162,7 +162,7 @@ class LearnModels(beam.DoFn):
 
     def process(self, element, saved=beam.DoFn.StateParam(MODEL), generation=beam.DoFn.StateParam(GENERATION),
                 waiting=beam.DoFn.StateParam(WAITING), end=beam.DoFn.TimerParam(END)):
-        model, part = element
+        (model, _salt), part = element
         runner = self._runner(model, saved, generation, waiting)
         replayed, skipped, waited = runner.chain.replayed, runner.skipped, runner.chain.waited
         for ready in runner.take(part):
@@ -283,8 +283,9 @@ class LearnModels(beam.DoFn):
             self.dlq.close()
 
     @on_timer(END)
-    def at_end(self, key=beam.DoFn.KeyParam, end=beam.DoFn.TimerParam(END), saved=beam.DoFn.StateParam(MODEL),
+    def at_end(self, placed=beam.DoFn.KeyParam, end=beam.DoFn.TimerParam(END), saved=beam.DoFn.StateParam(MODEL),
                generation=beam.DoFn.StateParam(GENERATION), waiting=beam.DoFn.StateParam(WAITING)):
+        key = placed[0]  # the model's name
         runner = self._runner(key, saved, generation, waiting)
         progress = (runner.events, runner.labels_learned, sum(runner.offsets.values()))
         if self.fired_at.get(key) != progress:  # something new since the last firing: not the end yet

@@ -16,7 +16,7 @@ from pipelines.config import RunConfig
 from pipelines.kafka.consumer import UNBOUNDED_STOP, resolve_ranges
 from pipelines.records.feedback import feedback_batches
 from pipelines.state.resume import ResumePoint
-from pipelines.steps import EncodeDeadLetters, EncodeRecords, Keyed, model_parts, reorder
+from pipelines.steps import EncodeDeadLetters, EncodeRecords, Keyed, model_parts, placement, reorder
 
 from .feedback_watch import FeedbackWatch
 from .messages import label_partition
@@ -89,9 +89,9 @@ def build_sharded(p: beam.Pipeline, cfg: RunConfig, resume: ResumePoint) -> Shar
     consumer = {"fetch.wait.max.ms": FEEDBACK_FETCH_WAIT_MS, **cfg.kafka_config}
     batches = p | "ReadEventsAndFeedback" >> ReadFromKafkaRanges(
         cfg.bootstrap, events + labels + [feedback], group_id=cfg.group_id, consumer_config=consumer,
-        max_batch=cfg.max_batch, checkpoint_seconds=cfg.read_call_seconds)
+        max_batch=cfg.max_batch, checkpoint_seconds=cfg.read_call_seconds, placement=placement(cfg))
     # Output type hints give the keyed steps deterministic key coders.
-    ShardKeyed = typing.Tuple[typing.Tuple[str, int], typing.Any]
+    ShardKeyed = typing.Tuple[typing.Tuple[typing.Tuple[str, int], int], typing.Any]  # ((model, shard), salt)
     parts = model_parts(batches, cfg, DecodeShardedInput(cfg, columnar=cfg.columnar_decode))
     slices = parts.parts | "Route" >> beam.ParDo(RouteEvents(cfg, run)).with_output_types(ShardKeyed)
     partials = reorder(slices, cfg, "Slices") | "Shards" >> beam.ParDo(ShardStep(cfg, run)).with_output_types(Keyed)

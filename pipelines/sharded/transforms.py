@@ -45,7 +45,8 @@ from pipelines.records.feedback import FeedbackReader, end_markers, feedback_val
 from pipelines.records.labels import PendingStore
 from pipelines.state.cuts import CutStore
 from pipelines.records.parts import EVENTS, FEEDBACK, LABELS, Decoded, Part
-from pipelines.steps import NAMESPACE, DecodeEvents, KeptCoder, KeptObjects, pickle_sharing, span_of, unpickle_sharing
+from pipelines.steps import (NAMESPACE, DecodeEvents, KeptCoder, KeptObjects, pickle_sharing, placement, span_of,
+                             unpickle_sharing)
 from schemas.codec import DecodeError
 
 from . import state_classes
@@ -97,6 +98,7 @@ class _Sharded:
         self.learner = self.cfg.learner.make()
         self.shared = {"algorithm": self.learner.algorithm, "hasher": self.learner.hasher}
         self.kept = KeptObjects()
+        self.place = placement(self.cfg)
         self.in_state = self.cfg.runner_restores_state()
 
     def _stored(self, key, saved, generation):
@@ -205,7 +207,7 @@ class RouteEvents(_Sharded, beam.DoFn):
 
     def process(self, element, saved=beam.DoFn.StateParam(_Sharded.STATE),
                 generation=beam.DoFn.StateParam(_Sharded.GENERATION)):
-        model, part = element
+        (model, _salt), part = element
         router = self._router(model, saved, generation)
         replayed, waited = router.chain.replayed, router.chain.waited
         ready, skipped = router.take(part)
@@ -215,7 +217,7 @@ class RouteEvents(_Sharded, beam.DoFn):
             self._skip(skipped)
         for part in ready:
             for s, kind, payload in self._route(model, router, part, saved, generation):
-                yield (model, s), router.outbox.stamp(kind, payload, s)
+                yield self.place.shard(model, s), router.outbox.stamp(kind, payload, s)
         self._keep(model, saved, generation)
 
     def _route(self, model: str, router: Router, part: Part, saved, generation):
@@ -354,7 +356,7 @@ class ShardStep(_Sharded, beam.DoFn):
 
     def process(self, element, saved=beam.DoFn.StateParam(_Sharded.STATE),
                 generation=beam.DoFn.StateParam(_Sharded.GENERATION)):
-        key, part = element
+        (key, _salt), part = element
         runner = self._runner(key, saved, generation)
         dup, miss, waited = runner.duplicates, len(runner.missing), runner.inbox.waited
         partials = []
@@ -368,7 +370,7 @@ class ShardStep(_Sharded, beam.DoFn):
             self.missing.inc(len(runner.missing) - miss)
         self._keep(key, saved, generation, runner.approx_bytes())
         if partials:
-            yield key[0], runner.outbox.stamp(PARTIALS, partials, key[1])
+            yield self.place.model(key[0]), runner.outbox.stamp(PARTIALS, partials, key[1])
 
     def _apply(self, key, runner: ShardRunner, part: Part) -> list[Partials]:
         if part.kind == SLICES:
@@ -432,7 +434,7 @@ class CombineStep(_Sharded, beam.DoFn):
 
     def process(self, element, saved=beam.DoFn.StateParam(_Sharded.STATE),
                 generation=beam.DoFn.StateParam(_Sharded.GENERATION)):
-        model, part = element
+        (model, _salt), part = element
         combiner = self._combiner(model, saved, generation)
         waited = combiner.inbox.waited
         partials = [p for ready in combiner.inbox.offer(part.span, part, part.size) if not ready.is_replay

@@ -10,10 +10,10 @@ from .encode import EncodeDeadLetters, EncodeRecords
 from .kept import Kept, KeptCoder, KeptObjects, pickle_sharing, unpickle_sharing
 from .metrics import NAMESPACE
 from .sequence import (SEQUENCER_CLASSES, WAITING_CLASSES, Keyed, ModelParts, SequenceParts, StreamKeyed, model_parts,
-                       reorder)
+                       placement, reorder)
 from pipelines.kafka.consumer import Position  # noqa: F401 - where the sharded state's classes list finds it
 
 __all__ = ["NAMESPACE", "DeadLetterGuard", "DeadLetterRatioExceeded", "DecodeEvents", "EventBatch", "LabelBatch",
            "ModelBatch", "span_of", "EncodeDeadLetters", "EncodeRecords", "Kept", "KeptCoder", "KeptObjects",
            "pickle_sharing", "unpickle_sharing", "SEQUENCER_CLASSES", "WAITING_CLASSES", "Keyed", "ModelParts",
-           "SequenceParts", "StreamKeyed", "model_parts", "reorder"]
+           "SequenceParts", "StreamKeyed", "model_parts", "placement", "reorder"]

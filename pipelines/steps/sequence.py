@@ -12,6 +12,7 @@ import apache_beam as beam
 from apache_beam.coders import VarIntCoder
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
+from pipelines.beam_io.placement import Placement
 from pipelines.config import RunConfig
 from pipelines.kafka.consumer import KafkaMessage, Position
 from pipelines.kafka.spans import Chain, Span
@@ -54,17 +55,19 @@ class SequenceParts(beam.DoFn):
 
     def setup(self):
         self.kept = KeptObjects()
+        self.place = placement(self.cfg)
         self.written: dict = {}  # stream -> (monotonic time, end) of its last progress record
 
     def process(self, element, saved=beam.DoFn.StateParam(SEQUENCER),
                 generation=beam.DoFn.StateParam(GENERATION)):
-        stream, decoded = element
+        (stream, _salt), decoded = element
         sequencer, stored = self.kept.get(stream, saved, generation)
         if sequencer is None:
             sequencer = unpickle_sharing(stored, {}, SEQUENCER_CLASSES) if stored is not None else Sequencer()
             self.kept.set(stream, sequencer)
-        yield from sequencer.take(decoded.manifest)
-        yield from decoded.parts
+        place = self.place.model
+        yield from ((place(model), part) for model, part in sequencer.take(decoded.manifest))
+        yield from ((place(model), part) for model, part in decoded.parts)
         self.kept.keep(stream, saved, generation, lambda: pickle_sharing(sequencer, {}), 4096)
         self._progress(stream, sequencer)
 
@@ -79,8 +82,12 @@ class SequenceParts(beam.DoFn):
         self.written[stream] = (time.monotonic(), end)
 
 
-Keyed = typing.Tuple[str, typing.Any]  # output type hints give keyed steps deterministic key coders
+# Output type hints give keyed steps deterministic key coders, which placed keys need (beam_io.placement).
+Keyed = typing.Tuple[typing.Tuple[str, int], typing.Any]
+"""A model's placed key ``(model, salt)`` and what its keyed step takes."""
 StreamKeyed = typing.Tuple[typing.Tuple[str, int], typing.Any]
+"""A partition ``(topic, partition)`` and what the decode step made of one batch of it."""
+PlacedStreamKeyed = typing.Tuple[typing.Tuple[typing.Tuple[str, int], int], typing.Any]
 
 
 class ModelParts(NamedTuple):
@@ -102,9 +109,16 @@ def model_parts(batches, cfg: RunConfig, decode: "DecodeEvents") -> ModelParts:
     batches = reorder(batches, cfg, "Batches")
     decoded = batches | "Decode" >> beam.ParDo(decode).with_output_types(StreamKeyed).with_outputs(
         DecodeEvents.DEAD, main="decoded")
-    parts = reorder(decoded.decoded, cfg, "Decoded") | "Sequence" >> beam.ParDo(SequenceParts(cfg)).with_output_types(
-        Keyed)
+    placed = decoded.decoded | "PlaceStreams" >> beam.Map(
+        lambda keyed, place: (place(*keyed[0]), keyed[1]), placement(cfg).stream).with_output_types(PlacedStreamKeyed)
+    parts = reorder(placed, cfg, "Decoded") | "Sequence" >> beam.ParDo(SequenceParts(cfg)).with_output_types(Keyed)
     return ModelParts(reorder(parts, cfg, "Parts"), decoded[DecodeEvents.DEAD])
+
+
+def placement(cfg: RunConfig) -> Placement:
+    """Where the run's keyed steps put their keys (salt 0 everywhere unless
+    the run names a Flink parallelism)."""
+    return Placement(cfg.parallelism, cfg.max_parallelism, tuple(cfg.place_models))
 
 
 def reorder(pcoll, cfg: RunConfig, name: str):
