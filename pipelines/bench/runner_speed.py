@@ -67,8 +67,8 @@ def raw_loop(bootstrap: str, topic: str, n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-def steady_rate(bootstrap: str, topic: str) -> tuple[int, float]:
-    """(messages in ``topic``, messages / (last - first Kafka timestamp) s)."""
+def prediction_window(bootstrap: str, topic: str) -> tuple[int, float, float]:
+    """(messages in ``topic``, first and last one's Kafka timestamp in s)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rate-{time.time_ns()}", "enable.auto.commit": False,
@@ -85,8 +85,15 @@ def steady_rate(bootstrap: str, topic: str) -> tuple[int, float]:
                     pending.discard(m.partition())
     finally:
         c.close()
-    span = (max(stamps) - min(stamps)) / 1000.0 if stamps else 0.0
-    return len(stamps), len(stamps) / max(span, 1e-3)
+    if not stamps:
+        return 0, 0.0, 0.0
+    return len(stamps), min(stamps) / 1000.0, max(stamps) / 1000.0
+
+
+def steady_rate(bootstrap: str, topic: str) -> tuple[int, float]:
+    """(messages in ``topic``, messages / (last - first Kafka timestamp) s)."""
+    n, first, last = prediction_window(bootstrap, topic)
+    return n, n / max(last - first, 1e-3)
 
 
 def scinol_run(bootstrap: str, topic: str, out: str, *flags: str) -> tuple[float, str]:

@@ -1,4 +1,4 @@
-"""``scinol bench accuracy`` and ``scinol bench throughput``: the command-line
+"""``scinol bench accuracy``, ``throughput`` and ``scaling``: the command-line
 side; the benchmarks themselves are in :mod:`pipelines.bench`."""
 
 from __future__ import annotations
@@ -64,6 +64,13 @@ def add_parser(sub) -> None:
     t.add_argument("--pipeline-sparse-events", type=int, default=50_000, help="sparse events through the pipeline")
     t.add_argument("--no-vw", action="store_true", help="leave Vowpal Wabbit out")
     t.add_argument("--no-pipeline", action="store_true", help="skip the Kafka pipeline figures")
+
+    from pipelines.bench.scaling import add_arguments
+
+    s = bsub.add_parser("scaling", help="Flink with 1 and 2 TaskManagers, each with the same CPU quota: "
+                                        "events/s, CPU per event, spread",
+                        description="Needs root (CPU control groups). Prints a table; --json writes the figures.")
+    add_arguments(s)
 
 
 def _positive(args, names) -> None:
@@ -177,6 +184,13 @@ def run(args) -> int:
         _known_names(s.datasets, paper_sets, args.paper_data)
         return run_accuracy(args.out, s, args.quick, not args.no_toy, args.paper_data, paper_sets,
                             args.no_vw, args.no_river, args.jobs, _command_line(tail))
+    if args.bench_command == "scaling":
+        from pipelines.bench.scaling import check, run_scaling
+
+        why = check(args)
+        if why is not None:
+            raise UsageError(f"bench scaling: {why}")
+        return run_scaling(args)
     from pipelines.bench.throughput import run_throughput
 
     _positive(args, ["rows", "sparse_rows", "repeats", "learn_rows", "learn_sparse_rows", "pipeline_events", "pipeline_sparse_events"])

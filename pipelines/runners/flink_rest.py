@@ -1,6 +1,7 @@
 """A Flink cluster's REST API, as much of it as the project uses: jobs,
-their state, and cancelling one (Flink's "REST API" documentation:
-``GET /jobs/overview``, ``GET /jobs/<id>``, ``PATCH /jobs/<id>?mode=cancel``).
+their state, cancelling one, and the records each subtask read (Flink's
+"REST API" documentation: ``GET /jobs/overview``, ``GET /jobs/<id>``,
+``PATCH /jobs/<id>?mode=cancel``, ``GET /jobs/<id>/vertices/<id>``).
 
 Cancelling a Beam pipeline result on a Flink *session* cluster goes to
 Beam's job server, which stops waiting for the job but does not cancel it
@@ -60,3 +61,25 @@ def cancel_job(master: str, job_id: str, timeout: float = 60.0) -> None:
             raise TimeoutError(f"Flink job {job_id} on {master} did not end within {timeout:.0f} s of its "
                                f"cancellation")
         time.sleep(0.5)
+
+
+def records_per_subtask(master: str, job_id: str) -> dict[str, list[int]]:
+    """Each step (Flink vertex) of a job: the records each of its subtasks read."""
+    found = {}
+    for vertex in rest(master, f"/jobs/{job_id}")["vertices"]:
+        subtasks = rest(master, f"/jobs/{job_id}/vertices/{vertex['id']}")["subtasks"]
+        found[vertex["name"]] = [s["metrics"]["read-records"] for s in sorted(subtasks, key=lambda s: s["subtask"])]
+    return found
+
+
+def settled_records(master: str, job_id: str, timeout: float = 90.0) -> dict[str, list[int]]:
+    """:func:`records_per_subtask` once two reads 11 s apart agree: the REST
+    API serves metrics it fetches from the TaskManagers every 10 s
+    (``metrics.fetcher.update-interval``)."""
+    deadline, last = time.monotonic() + timeout, None
+    while (now := records_per_subtask(master, job_id)) != last:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Flink's record counts for job {job_id} still moving after {timeout:.0f} s: {now}")
+        last = now
+        time.sleep(11)
+    return now

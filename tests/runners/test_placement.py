@@ -19,6 +19,7 @@ from pipelines.beam_io.placement import Placement, default_max_parallelism, flin
 from pipelines.beam_io.read import placed_specs
 from pipelines.kafka.consumer import PartitionRange
 from pipelines.records.topics import read_records
+from pipelines.runners.flink_rest import settled_records
 from tests.support.partitioned import PARTITIONS, check_scores_per_partition, produce, scinol_command
 
 CHECKER = Path(__file__).parent.parent / "support" / "java" / "PlacementCheck.java"
@@ -87,26 +88,6 @@ def test_the_source_reads_range_i_on_subtask_i():
             n % parallelism for n in range(12)]
 
 
-def records_per_subtask(cluster, job_id: str) -> dict[str, list[int]]:
-    """Each step's records read per subtask, from Flink's REST API."""
-    found = {}
-    for vertex in cluster.rest(f"/jobs/{job_id}")["vertices"]:
-        subtasks = cluster.rest(f"/jobs/{job_id}/vertices/{vertex['id']}")["subtasks"]
-        found[vertex["name"]] = [s["metrics"]["read-records"] for s in sorted(subtasks, key=lambda s: s["subtask"])]
-    return found
-
-
-def settled_records(cluster, job_id: str, timeout: float = 90.0) -> dict[str, list[int]]:
-    """:func:`records_per_subtask` once two reads 11 s apart agree: the REST
-    API serves metrics it fetches from the TaskManagers every 10 s."""
-    deadline, last = time.monotonic() + timeout, None
-    while (now := records_per_subtask(cluster, job_id)) != last:
-        assert time.monotonic() < deadline, f"Flink's record counts still moving after {timeout:.0f} s: {now}"
-        last = now
-        time.sleep(11)
-    return now
-
-
 def step(records: dict[str, list[int]], name: str) -> list[int]:
     (counts,) = [counts for vertex, counts in records.items() if name in vertex]
     return counts
@@ -146,7 +127,7 @@ def test_partitions_and_models_spread_evenly_over_two_taskmanagers(tansu_bootstr
                        story)
         until(lambda: len(read_records(tansu_bootstrap, topic_name + ".pred", len(events), timeout=5)) == len(
             events), 300, "predictions of every event", story)
-        records = settled_records(flink_cluster, job)
+        records = settled_records(flink_cluster.master, job)
         failures = flink_cluster.rest(f"/jobs/{job}/exceptions").get("exceptionHistory", {}).get("entries", [])
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(120) == 130

@@ -1,0 +1,71 @@
+"""The pieces of ``scinol bench scaling`` that run without Flink: CPU
+control groups (a quota holds a busy process to it, and its CPU is
+counted), finding the ports a process listens on, and CPU at a moment
+between two samples."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pipelines.bench.cpu_groups import CpuGroup, available
+from pipelines.bench.scaling import at, check, control_port, descendants, listening_ports
+
+
+@pytest.mark.skipif(available() is not None, reason=f"no CPU control groups here: {available()}")
+def test_a_quota_holds_a_busy_process_and_its_cpu_is_counted():
+    group = CpuGroup(f"scinol-test-{time.time_ns()}", cores=0.25)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        group.add(busy.pid)
+        assert group.pids() == [busy.pid]
+        group.reset()
+        time.sleep(3.0)
+        used = group.cpu_seconds()
+    finally:
+        busy.kill()
+        busy.wait()
+        group.remove()
+    assert 0.5 < used < 0.25 * 3.0 * 1.2, used  # a quarter of a core, not the whole one it would take
+
+
+def test_the_ports_a_process_listens_on_are_found():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    try:
+        assert server.getsockname()[1] in listening_ports(descendants(os.getpid()))
+    finally:
+        server.close()
+
+
+def test_a_harness_is_known_by_its_control_port_and_others_are_not():
+    harness = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "pipelines.runners.harness",
+                                "--id=1-1", "--control_endpoint=localhost:41234"])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.2)
+        assert (control_port(harness.pid), control_port(other.pid)) == (41234, None)
+    finally:
+        for proc in (harness, other):
+            proc.kill()
+            proc.wait()
+
+
+def test_cpu_between_samples_is_interpolated():
+    samples = [(10.0, {"a": 1.0}), (12.0, {"a": 3.0}), (14.0, {"a": 3.0})]
+    assert [at(samples, t)["a"] for t in (9.0, 11.0, 12.0, 13.5, 20.0)] == [1.0, 2.0, 3.0, 3.0, 3.0]
+
+
+def test_settings_that_cannot_run_say_why():
+    from argparse import Namespace
+
+    base = dict(events=10, wide_events=10, nnz=5, batch=100, staleness=1024, cores_per_worker=0.5)
+    assert "at least --batch" in check(Namespace(**{**base, "staleness": 10}, parallelism="1,2"))
+    assert "numbers separated by commas" in check(Namespace(**base, parallelism="1,two"))
+    assert "more than this machine's" in check(Namespace(**{**base, "cores_per_worker": 64.0}, parallelism="1,2"))
