@@ -24,7 +24,7 @@ subtask of each step (Flink's REST API), and the machine's cores. Printed as
 a table and written as JSON (``--json``). Run (as root, for the control
 groups)::
 
-    scinol bench scaling [--events 100000] [--wide-events 20000] [--json scaling.json]
+    scinol bench scaling [--events 100000] [--wide-events 5000] [--json scaling.json]
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ from pipelines.runners.flink_rest import settled_records
 
 MODELS = 4
 SAMPLE_SECONDS = 0.25
+STALL_SECONDS = 180.0
+"""A run whose predictions stop growing this long is reported and stopped."""
 HARNESS = "pipelines.runners.harness"
 
 
@@ -194,15 +196,21 @@ def confined_run(name: str, parallelism: int, cores: float, bootstrap: str, topi
                "--predictions-topic", out, "--runner", "flink", "--flink-master", cluster.master,
                "--worker-pool", cluster.worker_pool, "--parallelism", str(parallelism), *flags]
         samples, began, last_count, predicted = [], time.perf_counter(), 0.0, Counted(bootstrap, out)
+        moved = began
         with open(os.devnull, "w") as sink, subprocess.Popen(cmd, stdout=sink, stderr=subprocess.PIPE, text=True,
                                                              stdin=subprocess.DEVNULL) as proc:
             while proc.poll() is None:
                 confined.place_workers()
                 samples.append((time.time(), confined.usage()))
                 if time.perf_counter() - last_count > 2.0:
-                    last_count = time.perf_counter()
+                    last_count, before = time.perf_counter(), predicted.count
                     if predicted() >= n:
                         break
+                    moved = moved if predicted.count == before else time.perf_counter()
+                    if time.perf_counter() - moved > STALL_SECONDS:
+                        proc.kill()
+                        raise RuntimeError(f"{name}: {predicted.count:,} of {n:,} events predicted, none for "
+                                           f"{STALL_SECONDS:.0f} s")
                 time.sleep(SAMPLE_SECONDS)
             predicted.close()
             if proc.poll() is not None:
@@ -285,7 +293,7 @@ def table(rows: list[dict]) -> list[str]:
 
 def add_arguments(ap) -> None:
     ap.add_argument("--events", type=int, default=100_000, help="toy events for the exact runs (4 models)")
-    ap.add_argument("--wide-events", type=int, default=20_000, help="sparse events for the wide model's runs")
+    ap.add_argument("--wide-events", type=int, default=5_000, help="sparse events for the wide model's runs")
     ap.add_argument("--nnz", type=int, default=300, help="non-zeros per sparse event (of 2^20)")
     ap.add_argument("--batch", type=int, default=500, help="--max-batch of the wide model's runs")
     ap.add_argument("--staleness", type=int, default=1024, help="sharded mode's --max-staleness (>= --batch)")
