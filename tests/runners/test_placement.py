@@ -20,6 +20,7 @@ from pipelines.beam_io.read import placed_specs
 from pipelines.kafka.consumer import PartitionRange
 from pipelines.records.topics import read_records
 from pipelines.runners.flink_rest import settled_records
+from tests.support.processes import reaped
 from tests.support.partitioned import PARTITIONS, check_scores_per_partition, produce, scinol_command
 
 CHECKER = Path(__file__).parent.parent / "support" / "java" / "PlacementCheck.java"
@@ -121,7 +122,7 @@ def test_partitions_and_models_spread_evenly_over_two_taskmanagers(tansu_bootstr
                                                "--flink-master", flink_cluster.master, "--parallelism", "2",
                                                "--models", models),
                                 stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
-    try:
+    with reaped(proc):
         story = lambda: (tmp_path / "stderr").read_text()[-3000:]  # noqa: E731
         (job,) = until(lambda: [j["jid"] for j in flink_cluster.jobs() if j["jid"] not in before], 300, "job",
                        story)
@@ -131,10 +132,6 @@ def test_partitions_and_models_spread_evenly_over_two_taskmanagers(tansu_bootstr
         failures = flink_cluster.rest(f"/jobs/{job}/exceptions").get("exceptionHistory", {}).get("entries", [])
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(120) == 130
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     check_scores_per_partition(tansu_bootstrap, topic_name, X, y, events)
     assert failures == [], failures[0].get("stacktrace", "")[:2000]
     # A record is a partition to read, a batch, or a model's part of one: two keys a subtask give

@@ -1,9 +1,10 @@
 """Whether a process still runs, for the tests that kill a parent and check
-its children went with it."""
+its children went with it; a process reaped when a test leaves it."""
 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 
 def alive(pid: int) -> bool:
@@ -21,3 +22,14 @@ def gone_within(pid: int, seconds: float) -> bool:
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     return not alive(pid)
+
+
+@contextmanager
+def reaped(proc):
+    """``proc``, killed and waited for on the way out if it still runs (a test that failed midway)."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
