@@ -39,8 +39,6 @@ import time
 from pathlib import Path
 
 from pipelines.bench.cpu_groups import CpuGroup, available, remove_stale
-from pipelines.bench.runner_speed import make_events, prediction_window
-from pipelines.runners.flink_rest import settled_records
 
 MODELS = 4
 SAMPLE_SECONDS = 0.25
@@ -189,6 +187,10 @@ def confined_run(name: str, parallelism: int, cores: float, bootstrap: str, topi
     TaskManagers, stopped (SIGTERM) once all ``n`` events are predicted and
     Flink's figures are read: a bounded job's tasks end one by one, and on
     several TaskManagers Beam then restarts some (docs/runners.md, trap (e))."""
+    # Imported here: `scinol` builds this benchmark's parser for every command, and these take 20 ms.
+    from pipelines.bench.runner_speed import prediction_window
+    from pipelines.runners.flink_rest import settled_records
+
     out = f"{topic}.{name}"
     with Confined(parallelism, cores, f"{os.getpid()}-{name}") as confined:
         cluster = confined.cluster
@@ -245,6 +247,7 @@ def produce(bootstrap: str, events, partitions: int) -> str:
 
 def measure(bootstrap: str, args) -> list[dict]:
     from pipelines.bench.pipeline_speed import sparse_events
+    from pipelines.bench.runner_speed import make_events
 
     rows = []
     models = ",".join(f"m{i}" for i in range(MODELS))
