@@ -69,11 +69,16 @@ class KeptObjects:
         self.live: dict[Any, Any] = {}
         self.generations: dict[Any, int] = {}
 
+    def current(self, key, generation) -> bool:
+        """Whether the object in memory is the newest the state store holds."""
+        return key in self.live and self.generations[key] == (generation.read() or 0)
+
     def get(self, key, saved, generation) -> tuple[Any, bytes | None]:
         """(the object, None) if one is current here, else (None, the stored bytes or None)."""
         current = generation.read() or 0
         if key in self.live and self.generations[key] == current:
             return self.live[key], None
+        self.forget(key)
         stored = saved.read()
         if isinstance(stored, Kept):  # this process's own object, from the state cache
             self.set(key, stored.value, current)
@@ -81,28 +86,40 @@ class KeptObjects:
         self.live.pop(key, None)
         return None, stored
 
+    def forget(self, key) -> None:
+        """Called when the key's object is taken from the store, not memory."""
+
     def set(self, key, value, current: int = -1) -> None:
         self.live[key], self.generations[key] = value, current
 
-    def keep(self, key, saved, generation, encode: Callable[[], bytes], approx_bytes: int) -> None:
-        """The key's object into the state store, encoded when the bundle commits."""
+    def retag(self, key, generation) -> None:
         # A fresh random tag, not a counter: another instance of this DoFn in
         # the same worker may hold an older history of the key that reached
         # the same count.
         self.generations[key] = random.getrandbits(62) | 1
         generation.write(self.generations[key])
+
+    def keep(self, key, saved, generation, encode: Callable[[], bytes], approx_bytes: int) -> None:
+        """The key's object into the state store, encoded when the bundle commits."""
+        self.retag(key, generation)
         saved.write(Kept(self.live[key], encode, approx_bytes))
 
 
-def pickle_sharing(value, shared: dict[str, Any]) -> bytes:
+def pickle_sharing(value, shared: dict[str, Any], apart: Callable[[Any], int | None] | None = None) -> bytes:
     """``value`` pickled, with the objects of ``shared`` (by identity) written
     as their names: a learner's compiled algorithm and feature hasher, which
     do not pickle and which :func:`unpickle_sharing` takes from a learner
-    made again from the same configuration."""
+    made again from the same configuration. ``apart`` may name other
+    objects by a number, to be written elsewhere (a large array:
+    :mod:`.row_deltas`); ``shared`` given to :func:`unpickle_sharing` then
+    maps those numbers to them."""
     names = {id(obj): name for name, obj in shared.items()}
     out = io.BytesIO()
     pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
-    pickler.persistent_id = lambda obj: names.get(id(obj))
+    if apart is None:
+        pickler.persistent_id = lambda obj: names.get(id(obj))
+    else:
+        pickler.persistent_id = lambda obj: names.get(id(obj)) or apart(obj)
     pickler.dump(value)
     return out.getvalue()
 
