@@ -36,7 +36,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.coders import VarIntCoder
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec
 
 from pipelines.config import RunConfig
 from pipelines.kafka.producer import KafkaWriter
@@ -45,8 +45,7 @@ from pipelines.records.feedback import FeedbackReader, end_markers, feedback_val
 from pipelines.records.labels import PendingStore
 from pipelines.state.cuts import CutStore
 from pipelines.records.parts import EVENTS, FEEDBACK, LABELS, Decoded, Part
-from pipelines.steps import (NAMESPACE, DecodeEvents, KeptCoder, KeptObjects, pickle_sharing, placement, span_of,
-                             unpickle_sharing)
+from pipelines.steps import NAMESPACE, DecodeEvents, KeptAsDeltas, KeptCells, KeptCoder, placement, span_of
 from schemas.codec import DecodeError
 
 from . import state_classes
@@ -81,14 +80,17 @@ class _Sharded:
     and their per-key objects (Router, ShardRunner, Combiner) kept in the
     key's Beam state, so that a runner which snapshots state with the
     source's position (Flink) restores them with it after a failover. They
-    are pickled whole, each bundle, except the learner's compiled algorithm
-    and feature hasher, which are made again from the configuration. On the
+    are pickled once per bundle, except the learner's compiled algorithm
+    and feature hasher, which are made again from the configuration; a
+    shard's per-coordinate arrays as the rows the bundle changed
+    (:mod:`pipelines.steps.row_deltas`). On the
     DirectRunner, whose state lasts one run, they stay in memory only: the
     pickling would cost more than half of its speed (measured at staleness
     64: 1,600 → 700 events/s) for nothing."""
 
     STATE = ReadModifyWriteStateSpec("kept", KeptCoder())
     GENERATION = ReadModifyWriteStateSpec("generation", VarIntCoder())
+    DELTAS = BagStateSpec("deltas", KeptCoder())
 
     def __init__(self, cfg: RunConfig, run: ShardedRun):
         self.cfg, self.run = cfg, run
@@ -97,18 +99,20 @@ class _Sharded:
         self.store = CutStore(self.cfg.checkpoint_dir, source=self.cfg.source) if self.cfg.checkpoint_dir else None
         self.learner = self.cfg.learner.make()
         self.shared = {"algorithm": self.learner.algorithm, "hasher": self.learner.hasher}
-        self.kept = KeptObjects()
+        self.kept = KeptAsDeltas(self.shared, state_classes())
         self.place = placement(self.cfg)
         self.in_state = self.cfg.runner_restores_state()
 
-    def _stored(self, key, saved, generation):
+    def start_bundle(self):
+        self.kept.start_bundle()
+
+    def _stored(self, key, cells: KeptCells):
         """This key's object if it is current in memory or in the state
         store; else None: the caller makes it."""
         if not self.in_state:
             return self.kept.live.get(key)
-        value, stored = self.kept.get(key, saved, generation)
-        if value is None and stored is not None:
-            value = unpickle_sharing(stored, self.shared, state_classes())
+        value, restored = self.kept.read(key, cells)
+        if restored:
             self._restored(key, value)
             self.kept.set(key, value)
         return value
@@ -117,11 +121,9 @@ class _Sharded:
         """Called once with an object read back from the state store."""
         log.warning("%s %r restored from the runner's state", type(value).__name__, key)
 
-    def _keep(self, key, saved, generation, approx_bytes: int = 1 << 16) -> None:
-        if not self.in_state:
-            return
-        value = self.kept.live[key]
-        self.kept.keep(key, saved, generation, lambda: pickle_sharing(value, self.shared), approx_bytes)
+    def _keep(self, key, cells: KeptCells, approx_bytes: int = 1 << 16) -> None:
+        if self.in_state:
+            self.kept.keep_deltas(key, cells, approx_bytes)
 
     def cut(self, model: str):
         """The cut ``model`` restarts from: the driver chose and verified it at
@@ -188,8 +190,8 @@ class RouteEvents(_Sharded, beam.DoFn):
         self.replayed = Metrics.counter(NAMESPACE, "replayed_batches")
         self.waited = Metrics.counter(NAMESPACE, "waited_batches")
 
-    def _router(self, model: str, saved, generation) -> Router:
-        router = self._stored(model, saved, generation)
+    def _router(self, model: str, cells: KeptCells) -> Router:
+        router = self._stored(model, cells)
         if router is None:
             cfg, learner = self.cfg, self.learner
             cut = self.cut(model)
@@ -206,9 +208,10 @@ class RouteEvents(_Sharded, beam.DoFn):
         return router
 
     def process(self, element, saved=beam.DoFn.StateParam(_Sharded.STATE),
-                generation=beam.DoFn.StateParam(_Sharded.GENERATION)):
+                generation=beam.DoFn.StateParam(_Sharded.GENERATION), deltas=beam.DoFn.StateParam(_Sharded.DELTAS)):
+        cells = KeptCells(saved, generation, deltas)
         (model, _salt), part = element
-        router = self._router(model, saved, generation)
+        router = self._router(model, cells)
         replayed, waited = router.chain.replayed, router.chain.waited
         ready, skipped = router.take(part)
         self.replayed.inc(router.chain.replayed - replayed)
@@ -216,11 +219,11 @@ class RouteEvents(_Sharded, beam.DoFn):
         if skipped:
             self._skip(skipped)
         for part in ready:
-            for s, kind, payload in self._route(model, router, part, saved, generation):
+            for s, kind, payload in self._route(model, router, part, cells):
                 yield self.place.shard(model, s), router.outbox.stamp(kind, payload, s)
-        self._keep(model, saved, generation)
+        self._keep(model, cells)
 
-    def _route(self, model: str, router: Router, part: Part, saved, generation):
+    def _route(self, model: str, router: Router, part: Part, cells: KeptCells):
         """(shard, kind, payload) for each shard of one part that is in order."""
         if part.kind == FEEDBACK:
             payload = [cols for _, cols in part.payload]
@@ -228,7 +231,7 @@ class RouteEvents(_Sharded, beam.DoFn):
             if len(mine) < len(payload):
                 self.foreign.inc(sum(cols.n for cols in payload if cols.run_id != self.run.run_id))
             if mine and self.cfg.labels_topic and end_markers(mine):
-                self._end_cut(model, saved, generation)
+                self._end_cut(model, cells)
             if mine:
                 yield from ((s, FEEDBACK, mine) for s in range(self.cfg.shards))
             return
@@ -263,10 +266,10 @@ class RouteEvents(_Sharded, beam.DoFn):
         self.store.save_part(model, part["seq"], "router", aux, part)
         router.cadence.restart()
 
-    def _end_cut(self, model: str, saved, generation) -> None:
+    def _end_cut(self, model: str, cells: KeptCells) -> None:
         """The feedback reader's end marker: the shards write a last cut at
         the last event; the Router's part of it is its state now."""
-        router = self._stored(model, saved, generation)
+        router = self._stored(model, cells)
         if self.store is None or router is None:
             return
         self._flush()
@@ -332,8 +335,8 @@ class ShardStep(_Sharded, beam.DoFn):
         self.missing = Metrics.counter(NAMESPACE, "feedback_missing")
         self.waited = Metrics.counter(NAMESPACE, "waited_batches")
 
-    def _runner(self, key, saved, generation) -> ShardRunner:
-        runner = self._stored(key, saved, generation)
+    def _runner(self, key, cells: KeptCells) -> ShardRunner:
+        runner = self._stored(key, cells)
         if runner is None:
             cfg, (model, s) = self.cfg, key
             learner = self.learner
@@ -355,9 +358,10 @@ class ShardStep(_Sharded, beam.DoFn):
         runner.restart_clocks()
 
     def process(self, element, saved=beam.DoFn.StateParam(_Sharded.STATE),
-                generation=beam.DoFn.StateParam(_Sharded.GENERATION)):
+                generation=beam.DoFn.StateParam(_Sharded.GENERATION), deltas=beam.DoFn.StateParam(_Sharded.DELTAS)):
+        cells = KeptCells(saved, generation, deltas)
         (key, _salt), part = element
-        runner = self._runner(key, saved, generation)
+        runner = self._runner(key, cells)
         dup, miss, waited = runner.duplicates, len(runner.missing), runner.inbox.waited
         partials = []
         for ready in runner.inbox.offer(part.span, part, part.size):  # in the order the route step sent them
@@ -368,7 +372,7 @@ class ShardStep(_Sharded, beam.DoFn):
             self.duplicates.inc(runner.duplicates - dup)
         if len(runner.missing) > miss:
             self.missing.inc(len(runner.missing) - miss)
-        self._keep(key, saved, generation, runner.approx_bytes())
+        self._keep(key, cells, runner.approx_bytes())
         if partials:
             yield self.place.model(key[0]), runner.outbox.stamp(PARTIALS, partials, key[1])
 
@@ -414,8 +418,8 @@ class CombineStep(_Sharded, beam.DoFn):
         self.predicted = Metrics.counter(NAMESPACE, "predictions")
         self.waited = Metrics.counter(NAMESPACE, "waited_batches")
 
-    def _combiner(self, model: str, saved, generation) -> Combiner:
-        combiner = self._stored(model, saved, generation)
+    def _combiner(self, model: str, cells: KeptCells) -> Combiner:
+        combiner = self._stored(model, cells)
         if combiner is None:
             cfg, learner = self.cfg, self.learner
             algo = learner.algorithm
@@ -433,16 +437,17 @@ class CombineStep(_Sharded, beam.DoFn):
         return combiner
 
     def process(self, element, saved=beam.DoFn.StateParam(_Sharded.STATE),
-                generation=beam.DoFn.StateParam(_Sharded.GENERATION)):
+                generation=beam.DoFn.StateParam(_Sharded.GENERATION), deltas=beam.DoFn.StateParam(_Sharded.DELTAS)):
+        cells = KeptCells(saved, generation, deltas)
         (model, _salt), part = element
-        combiner = self._combiner(model, saved, generation)
+        combiner = self._combiner(model, cells)
         waited = combiner.inbox.waited
         partials = [p for ready in combiner.inbox.offer(part.span, part, part.size) if not ready.is_replay
                     for p in ready.payload.payload]  # each shard's in the order it sent them
         self.waited.inc(combiner.inbox.waited - waited)
         topic = self.cfg.predictions_topic
         runs = combiner.add(partials, encode_for=(self.codec, topic))
-        self._keep(model, saved, generation)
+        self._keep(model, cells)
         if not runs:
             if combiner.parts:
                 self._late_cuts(model, combiner, runs)
