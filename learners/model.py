@@ -26,7 +26,7 @@ from .inputs import CSRBatch, as_batch
 from .interactions import NamespacedRows, crossed_batch, normalize_interactions
 from .losses import BINARY_LOSSES, DEFAULT_LOSS_PARAM, loss_code, prepare_labels, probabilities
 from .registry import make_algorithm
-from .state import StateFileError, load_state_with_aux, save_state, state_bytes
+from .state import LearnerState, StateFileError, load_state_with_aux, save_state, state_bytes
 
 
 _NO_INDICES = np.empty(0, dtype=np.int64)
@@ -239,11 +239,22 @@ class OnlineLearner:
         self._ensure_state(0)
         return state_bytes(self.state, {**(extra or {}), **self.header()}, aux)
 
+    def parts(self, extra: dict | None = None, aux: dict | None = None) -> tuple[LearnerState, dict, dict | None]:
+        """What :meth:`to_bytes` encodes, unencoded: the live state (not a
+        copy), the header with ``extra``, and ``aux``."""
+        self._ensure_state(0)
+        return self.state, {**(extra or {}), **self.header()}, aux
+
     @classmethod
     def load(cls, path: str | bytes) -> "OnlineLearner":
         """A model from a file written by :meth:`save` (or the bytes of :meth:`to_bytes`)."""
         state, meta, aux = load_state_with_aux(path)
-        where = path if isinstance(path, str) else "(in memory)"
+        return cls.from_parts(state, meta, aux, path if isinstance(path, str) else "(in memory)")
+
+    @classmethod
+    def from_parts(cls, state: LearnerState, meta: dict, aux: dict | None = None,
+                   where: str = "(in memory)") -> "OnlineLearner":
+        """A model from :meth:`parts`, checked as :meth:`load` checks a file."""
         model = cls.from_header(meta, where)
         try:
             model.algorithm.check_state(state, model.n_outputs)

@@ -14,6 +14,7 @@ import numpy as np
 
 from learners import OnlineLearner
 from learners.interactions import NamespacedRows
+from learners.state import LearnerState
 from learners.losses import losses_of, prepare_labels
 from pipelines.kafka.spans import DEFAULT_MAX_WAITING, Chain
 from pipelines.records.parts import Part
@@ -43,6 +44,10 @@ def _records(events) -> list:
     return [e for _, e in events] if isinstance(events, EventRows) else events
 
 
+KEPT_CLASSES = (LearnerState,)
+"""What :meth:`ModelRunner.parts` is made of, besides arrays and plain values."""
+
+
 class LabelSettings(NamedTuple):
     """Delayed labels: where they come from, and how long and how many wait."""
     topic: str
@@ -67,26 +72,24 @@ class Learned(NamedTuple):
 
 
 class ModelRunner:
-    """One model; it starts from ``snapshot`` (bytes of :meth:`snapshot`,
-    kept by the runner's state store) when given, else from the newest
-    checkpoint in ``store``, else fresh."""
+    """One model; it starts from ``snapshot`` (bytes of :meth:`snapshot`, or
+    :meth:`parts` as the runner's state store kept them) when given, else
+    from the newest checkpoint in ``store``, else fresh."""
 
     def __init__(self, model: str, make_learner: Callable[[], OnlineLearner], store: CheckpointStore | None = None,
                  every_events: int | None = None, every_seconds: float | None = None,
-                 labels: LabelSettings | None = None, snapshot: bytes | None = None,
+                 labels: LabelSettings | None = None, snapshot: bytes | tuple | None = None,
                  max_waiting: int = DEFAULT_MAX_WAITING):
         self.model, self.store, self.labels, self.max_waiting = model, store, labels, max_waiting
         self.every_events, self.every_seconds = every_events, every_seconds
         self._last_checkpoint = time.monotonic()
         self._last_manifest: dict | None = None
         if snapshot is not None:
-            learner = OnlineLearner.load(snapshot)
+            learner = OnlineLearner.load(snapshot) if isinstance(snapshot, bytes) else OnlineLearner.from_parts(*snapshot)
             self._start(learner, learner.loaded_header.get("checkpointed"))
-            self.generation = int(learner.loaded_header["generation"])
             return
         ckpt = store.latest(model) if store is not None else None
         self._start(ckpt.learner if ckpt else make_learner(), ckpt.path if ckpt else None)
-        self.generation = 0
 
     def _start(self, learner: OnlineLearner, checkpointed: str | None) -> None:
         header = learner.loaded_header
@@ -108,14 +111,22 @@ class ModelRunner:
 
     def snapshot(self) -> bytes:
         """The whole of this model's state (learner, position, events awaiting
-        labels, metrics) as bytes, for a runner's state store."""
+        labels, metrics) as bytes: :meth:`parts` encoded as a model file."""
+        return self.learner.to_bytes(*self._extra_and_aux())
+
+    def parts(self) -> tuple:
+        """The whole of this model's state as the learner's state (live, not
+        a copy), header and auxiliary arrays: what a runner's state store
+        keeps, its large arrays as the rows that changed
+        (:mod:`pipelines.steps.row_deltas`)."""
+        return self.learner.parts(*self._extra_and_aux())
+
+    def _extra_and_aux(self) -> tuple[dict, dict | None]:
         extra = {"model": self.model, "event_count": self.events, "labels_learned": self.labels_learned,
                  "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.offsets.items())],
                  "metrics": self.metrics.as_dict(), "since_checkpoint": self._since_checkpoint,
-                 "checkpointed": (self._last_manifest or {}).get("uri") or self.restored_from,
-                 "generation": self.generation}
-        aux = self.pending.to_arrays() if self.pending is not None else None
-        return self.learner.to_bytes(extra, aux)
+                 "checkpointed": (self._last_manifest or {}).get("uri") or self.restored_from}
+        return extra, self.pending.to_arrays() if self.pending is not None else None
 
     def _pending(self, aux: dict) -> PendingStore | None:
         if self.labels is None:

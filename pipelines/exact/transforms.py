@@ -20,7 +20,6 @@ runner-specific.
 from __future__ import annotations
 
 import logging
-import random
 import sys
 import time
 
@@ -28,7 +27,7 @@ import apache_beam as beam
 from apache_beam.coders import BytesCoder, VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.transforms.window import GlobalWindow
 
 from pipelines.config import RunConfig
@@ -38,9 +37,10 @@ from pipelines.records.dead_letters import dead_letter_message
 from pipelines.records.columnar import prediction_keys_of
 from pipelines.state.checkpoints import CheckpointStore, checkpoint_record
 from pipelines.records.parts import EVENTS, LABELS, Part, waiting_report
-from pipelines.steps import NAMESPACE, WAITING_CLASSES, Kept, KeptCoder, pickle_sharing, unpickle_sharing
+from pipelines.steps import (NAMESPACE, WAITING_CLASSES, KeptAsDeltas, KeptCells, KeptCoder, pickle_sharing,
+                             unpickle_sharing)
 
-from .model_runner import LabelSettings, ModelRunner
+from .model_runner import KEPT_CLASSES, LabelSettings, ModelRunner
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,7 @@ class LearnModels(beam.DoFn):
     CHECKPOINTS = "checkpoints"
     MODEL = ReadModifyWriteStateSpec("model", KeptCoder())
     GENERATION = ReadModifyWriteStateSpec("generation", VarIntCoder())
+    DELTAS = BagStateSpec("deltas", KeptCoder())
     WAITING = ReadModifyWriteStateSpec("waiting", BytesCoder())
     """The model's parts that came before an earlier one (pickled; written when they change)."""
     END = TimerSpec("end", TimeDomain.WATERMARK)
@@ -85,7 +86,8 @@ class LearnModels(beam.DoFn):
         self.cfg = cfg
 
     def setup(self):
-        self.runners: dict[str, ModelRunner] = {}
+        self.kept = KeptAsDeltas({}, KEPT_CLASSES, written_as=ModelRunner.parts)
+        self.runners: dict[str, ModelRunner] = self.kept.live
         cfg = self.cfg
         self.store = CheckpointStore(cfg.checkpoint_dir, source=cfg.source) if cfg.checkpoint_dir else None
         self.codec = cfg.codec()
@@ -108,50 +110,43 @@ class LearnModels(beam.DoFn):
         warm = cfg.learner.make()
         warm.learn([{}], [float("nan")])
 
-    def _runner(self, model: str, saved, generation, waiting) -> ModelRunner:
+    def _runner(self, model: str, cells: KeptCells, waiting) -> ModelRunner:
         """This key's model: the one in memory if it is the newest the state
-        store holds (same generation), else the store's (a restored job, or
-        a runner that gave the key to another instance meanwhile) with the
-        parts waiting for an earlier one, else the newest checkpoint file,
-        else fresh."""
-        runner = self.runners.get(model)
-        if runner is not None and runner.generation == (generation.read() or 0):
-            return runner
-        stored = saved.read()
+        store holds, else the store's (a restored job, or a runner that gave
+        the key to another instance meanwhile) with the parts waiting for an
+        earlier one, else the newest checkpoint file, else fresh."""
+        if self.kept.current(model, cells.generation):
+            return self.kept.live[model]
         stale = self.outputs.pop(model, None)  # may have been fenced, or be behind another instance's commits
         if stale is not None:
             stale.close()
-        if isinstance(stored, Kept):  # this process's own object, from the state cache
-            runner = stored.value
-        else:
-            cfg = self.cfg
-            labels = LabelSettings(cfg.labels_topic, cfg.label_ttl * 1000.0, cfg.max_pending) if cfg.labels_topic \
-                else None
-            runner = ModelRunner(model, cfg.learner.make, self.store, cfg.checkpoint_every, cfg.checkpoint_seconds,
-                                 labels, snapshot=stored, max_waiting=cfg.max_waiting)
-            early = waiting.read()
-            if early:
-                runner.chain.restore_waiting(unpickle_sharing(early, {}, WAITING_CLASSES))
-            if stored is not None:
-                log.warning("model %r restored from the runner's state (%d events, %d parts waiting)", model,
-                            runner.events, len(runner.chain))
-            elif runner.restored_from:
-                log.warning("model %r restored from %s (%d events)", model, runner.restored_from, runner.events)
-        self.runners[model] = runner
+        parts, restored = self.kept.read(model, cells)
+        if parts is not None and not restored:  # this process's own object, from the state cache
+            return parts
+        cfg = self.cfg
+        labels = LabelSettings(cfg.labels_topic, cfg.label_ttl * 1000.0, cfg.max_pending) if cfg.labels_topic \
+            else None
+        runner = ModelRunner(model, cfg.learner.make, self.store, cfg.checkpoint_every, cfg.checkpoint_seconds,
+                             labels, snapshot=parts, max_waiting=cfg.max_waiting)
+        early = waiting.read()
+        if early:
+            runner.chain.restore_waiting(unpickle_sharing(early, {}, WAITING_CLASSES))
+        if restored:
+            log.warning("model %r restored from the runner's state (%d events, %d parts waiting)", model,
+                        runner.events, len(runner.chain))
+        elif runner.restored_from:
+            log.warning("model %r restored from %s (%d events)", model, runner.restored_from, runner.events)
+        self.kept.set(model, runner)
         return runner
 
-    @staticmethod
-    def _keep(runner: ModelRunner, saved, generation, waiting) -> None:
+    def _keep(self, model: str, cells: KeptCells, waiting) -> None:
         """The model into the runner's state store (encoded when the bundle
-        commits, so once per bundle), and the parts waiting for an earlier
-        one when they changed: a runner that restores a checkpoint of its
-        own (Flink) restores the model with the input position, as one."""
-        # A fresh random tag, not a counter: another instance of this DoFn in
-        # the same worker may hold an older history of the key that reached
-        # the same count.
-        runner.generation = random.getrandbits(62) | 1
-        generation.write(runner.generation)
-        saved.write(Kept(runner, runner.snapshot, runner.approx_bytes()))
+        commits, so once per bundle; its large arrays as the rows that
+        changed), and the parts waiting for an earlier one when they
+        changed: a runner that restores a checkpoint of its own (Flink)
+        restores the model with the input position, as one."""
+        runner = self.kept.live[model]
+        self.kept.keep_deltas(model, cells, runner.approx_bytes())
         if runner.chain.changed:
             runner.chain.changed = False
             items = runner.chain.waiting_items()
@@ -160,10 +155,15 @@ class LearnModels(beam.DoFn):
             else:
                 waiting.clear()
 
+    def start_bundle(self):
+        self.kept.start_bundle()
+
     def process(self, element, saved=beam.DoFn.StateParam(MODEL), generation=beam.DoFn.StateParam(GENERATION),
-                waiting=beam.DoFn.StateParam(WAITING), end=beam.DoFn.TimerParam(END)):
+                deltas=beam.DoFn.StateParam(DELTAS), waiting=beam.DoFn.StateParam(WAITING),
+                end=beam.DoFn.TimerParam(END)):
+        cells = KeptCells(saved, generation, deltas)
         (model, _salt), part = element
-        runner = self._runner(model, saved, generation, waiting)
+        runner = self._runner(model, cells, waiting)
         replayed, skipped, waited = runner.chain.replayed, runner.skipped, runner.chain.waited
         for ready in runner.take(part):
             self._apply(model, runner, ready)
@@ -175,7 +175,7 @@ class LearnModels(beam.DoFn):
         self._gauges(model, runner)
         if runner.checkpoint_due():
             yield from self._checkpoint(runner)
-        self._keep(runner, saved, generation, waiting)
+        self._keep(model, cells, waiting)
         self._report()
 
     def _apply(self, model: str, runner: ModelRunner, part: Part) -> None:
@@ -284,9 +284,11 @@ class LearnModels(beam.DoFn):
 
     @on_timer(END)
     def at_end(self, placed=beam.DoFn.KeyParam, end=beam.DoFn.TimerParam(END), saved=beam.DoFn.StateParam(MODEL),
-               generation=beam.DoFn.StateParam(GENERATION), waiting=beam.DoFn.StateParam(WAITING)):
+               generation=beam.DoFn.StateParam(GENERATION), deltas=beam.DoFn.StateParam(DELTAS),
+               waiting=beam.DoFn.StateParam(WAITING)):
         key = placed[0]  # the model's name
-        runner = self._runner(key, saved, generation, waiting)
+        cells = KeptCells(saved, generation, deltas)
+        runner = self._runner(key, cells, waiting)
         progress = (runner.events, runner.labels_learned, sum(runner.offsets.values()))
         if self.fired_at.get(key) != progress:  # something new since the last firing: not the end yet
             self.fired_at[key] = progress
@@ -300,7 +302,7 @@ class LearnModels(beam.DoFn):
         self._gauges(key, runner)
         if self.store is not None and runner.unsaved:
             yield from self._checkpoint(runner)
-            self._keep(runner, saved, generation, waiting)
+            self._keep(key, cells, waiting)
         self._report(force=True)
 
     def _report(self, force: bool = False):
