@@ -33,6 +33,13 @@ from pipelines.provision.processes import dying_with_parent
 from pipelines.runners import flink_rest
 
 HOST = "localhost"
+TASK_OFF_HEAP = "512m"
+"""Direct memory a TaskManager's tasks may use beyond Flink's own: Beam's
+gRPC channels to the Python worker receive each state write and data
+message into direct buffers, and with Flink's default (none; about 240 MB
+of direct memory in all) a wide model's state writes (tens of MB each)
+exhausted it: "Cannot reserve 2097152 bytes of direct buffer memory", the
+worker's channels closed and the job restarted again and again."""
 
 
 class FlinkClusterError(RuntimeError):
@@ -47,8 +54,12 @@ class FlinkSessionCluster:
       slots: task slots per TaskManager.
       flink_home: a Flink distribution; default: provisioned (``flink_version``).
       checkpoint_dir: where Flink writes checkpoints; default: inside the cluster's folder.
-      taskmanager_memory / jobmanager_memory: JVM process sizes (Flink's own
-        defaults, 1.7 GB and 1.6 GB, are more than a 2-core test machine needs).
+      taskmanager_memory / jobmanager_memory: JVM process sizes. A
+        TaskManager's holds :data:`TASK_OFF_HEAP` of direct memory for
+        Beam's gRPC channels to the Python worker and a heap for the keyed
+        state (on the heap: a 2^20-coordinate sharded model peaked at about
+        700 MB used; at 1.5 GB in all, about 530 MB of task heap, the
+        TaskManager ran out of heap).
       restart_attempts / restart_delay: the fixed-delay restart strategy: a job
         whose TaskManager died restarts from its last checkpoint. Each attempt
         fails at once while the job lacks slots, so attempts x delay must
@@ -64,7 +75,7 @@ class FlinkSessionCluster:
 
     def __init__(self, taskmanagers: int = 2, slots: int = 1, *, flink_home: str | Path | None = None,
                  flink_version: str | None = None, checkpoint_dir: str | Path | None = None,
-                 taskmanager_memory: str = "1536m", jobmanager_memory: str = "1024m", restart_attempts: int = 10,
+                 taskmanager_memory: str = "3072m", jobmanager_memory: str = "1024m", restart_attempts: int = 10,
                  restart_delay: str = "5 s", conf: dict | None = None, startup_timeout: float = 180.0,
                  keep_dir: bool = False, worker_pool: bool = False):
         if taskmanagers < 1 or slots < 1:
@@ -285,6 +296,7 @@ class FlinkSessionCluster:
             # Beam's operators keep their state on the heap (hashmap backend);
             # managed memory only serves batch sorting: keep it small.
             "taskmanager.memory.managed.size": "128m",
+            "taskmanager.memory.task.off-heap.size": TASK_OFF_HEAP,
             "rest.address": HOST, "rest.bind-address": HOST, "rest.port": self.rest_port,
             # Working folders (the TaskManagers' blob caches: ~160 MB of job jar
             # per job) inside this cluster's folder, which stop() removes. By

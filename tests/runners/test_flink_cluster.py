@@ -38,6 +38,10 @@ def test_cluster_up_failover_and_down(flink_home):
         registered = {tm["id"] for tm in cluster.registered_taskmanagers()}
         assert registered == {"scinol-tm-0", "scinol-tm-1"}
         assert sum(tm["slotsNumber"] for tm in cluster.registered_taskmanagers()) == 2
+        # Direct memory for Beam's gRPC channels: with none for tasks, a wide model's state writes ran out of it.
+        for tm in cluster.registered_taskmanagers():
+            memory = cluster.rest(f"/taskmanagers/{tm['id']}")["memoryConfiguration"]
+            assert memory["taskOffHeap"] == 512 << 20, memory
         pids = cluster.taskmanager_pids()
         assert len(pids) == 2 and cluster.jobmanager.pid not in pids
         assert set(pids) | {cluster.jobmanager.pid} <= set(jvms_of(folder))
