@@ -253,22 +253,32 @@ def measure(bootstrap: str, args) -> list[dict]:
     models = ",".join(f"m{i}" for i in range(MODELS))
     exact = produce(bootstrap, make_events(args.events), MODELS)
     for p in args.parallelism:
-        rows.append(confined_run(f"exact-p{p}", p, args.cores_per_worker, bootstrap, exact, args.events, "--models",
-                                 models))
+        rows.append(tried(f"exact-p{p}", p, args.cores_per_worker, bootstrap, exact, args.events, "--models", models))
         say(rows[-1])
     wide = produce(bootstrap, sparse_events(args.wide_events, nnz=args.nnz), MODELS)
-    rows.append(confined_run("wide-exact-p1", 1, args.cores_per_worker, bootstrap, wide, args.wide_events,
-                             "--max-batch", str(args.batch)))
+    rows.append(tried("wide-exact-p1", 1, args.cores_per_worker, bootstrap, wide, args.wide_events,
+                      "--max-batch", str(args.batch)))
     say(rows[-1])
     for p in [p for p in args.parallelism if p > 1]:
-        rows.append(confined_run(f"wide-sharded-k{p}", p, args.cores_per_worker, bootstrap, wide, args.wide_events,
-                                 "--shards", str(p), "--max-staleness", str(args.staleness), "--max-batch",
-                                 str(args.batch)))
+        rows.append(tried(f"wide-sharded-k{p}", p, args.cores_per_worker, bootstrap, wide, args.wide_events,
+                          "--shards", str(p), "--max-staleness", str(args.staleness), "--max-batch", str(args.batch)))
         say(rows[-1])
     return rows
 
 
+def tried(name: str, parallelism: int, *args) -> dict:
+    """:func:`confined_run`'s row, or one that says why the run failed (a
+    stall, an exit), so the runs before and after it are still reported."""
+    try:
+        return confined_run(name, parallelism, *args)
+    except RuntimeError as exc:
+        return {"run": name, "parallelism": parallelism, "failed": str(exc).splitlines()[0]}
+
+
 def say(row: dict) -> None:
+    if "failed" in row:
+        print(f"  {row['run']}: failed: {row['failed']}", file=sys.stderr, flush=True)
+        return
     print(f"  {row['run']}: {row['events_per_s']:,.0f} events/s steady, {row['cpu_s_per_1000']:.2f} CPU s per 1,000 "
           f"events, {row['predictions']:,} predictions, {row['task_failures']} task failures, "
           f"{row['workers_confined']} Python workers confined, {row['wall_s']:.0f} s wall", file=sys.stderr, flush=True)
@@ -278,12 +288,15 @@ def table(rows: list[dict]) -> list[str]:
     out = ["| run | TaskManagers | events/s (steady) | CPU s / 1,000 events | TaskManager CPU share of mean | "
            "records per subtask (keyed steps) | task failures |", "|---|---:|---:|---:|---|---|---:|"]
     for r in rows:
+        if "failed" in r:
+            out.append(f"| {r['run']} | {r['parallelism']} | failed: {r['failed']} | | | | |")
+            continue
         keyed = {k.split("{")[-1].split(",")[0].strip("[]0123456789"): v for k, v in r["records_per_subtask"].items()
                  if any(s in k for s in ("Sequence", "LearnAndPredict", "Route", "Shards", "Combine"))}
         shares = ", ".join(f"{s:.2f}" for s in r["tm_share_of_mean"])
         out.append(f"| {r['run']} | {r['parallelism']} | {r['events_per_s']:,.0f} | {r['cpu_s_per_1000']:.2f} | "
                    f"{shares} | {'; '.join(f'{k} {v}' for k, v in keyed.items())} | {r['task_failures']} |")
-    by = {r["run"]: r for r in rows}
+    by = {r["run"]: r for r in rows if "failed" not in r}
     if "exact-p1" in by and "exact-p2" in by:
         one, two = by["exact-p1"], by["exact-p2"]
         out += ["", f"exact, 2 workers / 1: {two['events_per_s'] / one['events_per_s']:.2f}x events/s (target 1.6x), "

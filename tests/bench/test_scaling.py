@@ -14,7 +14,7 @@ import time
 import pytest
 
 from pipelines.bench.cpu_groups import CpuGroup, available
-from pipelines.bench.scaling import at, check, control_port, descendants, listening_ports
+from pipelines.bench.scaling import at, check, control_port, descendants, listening_ports, table
 
 
 @pytest.mark.skipif(available() is not None, reason=f"no CPU control groups here: {available()}")
@@ -69,3 +69,13 @@ def test_settings_that_cannot_run_say_why():
     assert "at least --batch" in check(Namespace(**{**base, "staleness": 10}, parallelism="1,2"))
     assert "numbers separated by commas" in check(Namespace(**base, parallelism="1,two"))
     assert "more than this machine's" in check(Namespace(**{**base, "cores_per_worker": 64.0}, parallelism="1,2"))
+
+
+def test_a_failed_run_is_a_row_that_says_why_and_gives_no_ratio():
+    ran = {"run": "wide-exact-p1", "parallelism": 1, "events_per_s": 1000.0, "cpu_s_per_1000": 0.5,
+           "tm_share_of_mean": [1.0], "records_per_subtask": {}, "task_failures": 0}
+    failed = {"run": "wide-sharded-k2", "parallelism": 2, "failed": "2,050 of 20,000 events predicted, none for 180 s"}
+    lines = table([ran, failed])
+    assert "| wide-sharded-k2 | 2 | failed: 2,050 of 20,000 events predicted, none for 180 s |" in lines[3]
+    assert "| wide-exact-p1 | 1 | 1,000 | 0.50 |" in lines[2]
+    assert not any("sharded K = 2 on 2 workers" in line for line in lines)
