@@ -75,9 +75,9 @@ class KeptObjects:
 
     def get(self, key, saved, generation) -> tuple[Any, bytes | None]:
         """(the object, None) if one is current here, else (None, the stored bytes or None)."""
-        current = generation.read() or 0
-        if key in self.live and self.generations[key] == current:
+        if self.current(key, generation):
             return self.live[key], None
+        current = generation.read() or 0
         self.forget(key)
         stored = saved.read()
         if isinstance(stored, Kept):  # this process's own object, from the state cache
