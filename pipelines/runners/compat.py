@@ -34,12 +34,28 @@ generators raise RecursionError, so the run's summary was lost.
 metrics into a list at once: the same metrics, merged by the same function,
 kept as one entry per metric and step instead of one per bundle (for a
 gauge, its latest value: Beam's merge kept every bundle's).
+
+``stop_only_ended_workers`` (a worker pool: LOOPBACK's in ``scinol run``'s
+process, and the pool ``scinol flink up`` starts). Beam's Flink runner names
+its SDK workers per TaskManager JVM ("1-1" for the first job a TaskManager
+runs, "2-1" for its second), so two TaskManagers sharing one pool ask it for
+workers under the same id. The pool (2.78) keeps one worker per id, the last
+started, and StopWorker stops that one: when one TaskManager's tasks ended
+first, it stopped the other TaskManager's worker in the middle of its work
+("SDK harness closed connection", "Unknown process bundle instruction id",
+the job failed or restarted). A runner closes its control stream before it
+asks for the stop, and a worker whose stream is closed ends by itself, so
+:func:`stop_only_ended_workers` makes the pool keep every worker under its
+id and, when several share it, let StopWorker forget one that has ended (it
+waits up to :data:`STOP_WAIT_S` for one) instead of stopping a live one.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import threading
+import time
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +64,15 @@ BEAM_VERSION = "2.78.0"
 
 SAMPLING_PERIOD_MS = 10
 
+STOP_WAIT_S = 10.0
+"""How long a pool's StopWorker waits for one of several workers under an id to end by itself."""
+
 
 def adjust_beam() -> dict[str, bool]:
     """Apply every adjustment to this process's Beam; which ones applied."""
     return {"end_bundles_promptly": end_bundles_promptly(),
-            "consolidate_metrics_eagerly": consolidate_metrics_eagerly()}
+            "consolidate_metrics_eagerly": consolidate_metrics_eagerly(),
+            "stop_only_ended_workers": stop_only_ended_workers()}
 
 
 def _not_applied(name: str, why: str) -> None:
@@ -112,3 +132,87 @@ def _consolidated_list(metrics, key=None) -> list:
         if k not in gauges or infos.extract_gauge_value(info)[0] > infos.extract_gauge_value(gauges[k])[0]:
             gauges[k] = info
     return merged + list(gauges.values())
+
+
+def stop_only_ended_workers() -> bool:
+    """Make Beam's worker pool in this process keep every worker started
+    under an id, and stop only an ended one when several share it. False
+    (and nothing changed) if the installed pool no longer keeps its workers
+    in the two tables this was written for."""
+    from apache_beam.runners.worker import worker_pool_main
+
+    pool = worker_pool_main.BeamFnExternalWorkerPoolServicer
+    if getattr(pool.StopWorker, "keeps_twins", False):
+        return True
+    stop_source = inspect.getsource(pool.StopWorker)
+    if not all(f"self.{table}.pop(" in stop_source for table in _WORKER_TABLES):
+        _not_applied("stop_only_ended_workers", "Beam's worker pool no longer pops its workers from "
+                     f"{' and '.join(_WORKER_TABLES)}; two TaskManagers sharing it may stop each other's worker")
+        return False
+    pool.StartWorker = _keeping_twins(pool.StartWorker)
+    pool.StopWorker = _stopping_an_ended_twin(pool.StopWorker)
+    return True
+
+
+_WORKER_TABLES = ("_worker_processes", "_worker_threads")
+_TWINS_LOCK = threading.Lock()  # the pool serves StartWorker and StopWorker on several gRPC threads
+
+
+def _keeping_twins(start):
+    def StartWorker(self, request, context):
+        with _TWINS_LOCK:
+            twins = self.__dict__.setdefault("_twins", {})
+            for table in _WORKER_TABLES:
+                earlier = getattr(self, table).pop(request.worker_id, None)
+                if earlier is not None:
+                    twins.setdefault(request.worker_id, []).append((table, earlier))
+            return start(self, request, context)
+
+    return StartWorker
+
+
+def _stopping_an_ended_twin(stop):
+    from apache_beam.portability.api import beam_fn_api_pb2
+
+    def StopWorker(self, request, context):
+        with _TWINS_LOCK:
+            workers = _workers_under(self, request.worker_id)
+        if len(workers) < 2:
+            return stop(self, request, context)
+        deadline = time.monotonic() + STOP_WAIT_S
+        while not any(_ended(worker) for _, worker in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ended = next((worker for _, worker in workers if _ended(worker)), None)
+        if ended is None:
+            log.warning("worker pool: %d workers share the id %s and none has ended; stopping none",
+                        len(workers), request.worker_id)
+        else:
+            with _TWINS_LOCK:
+                _forget(self, request.worker_id, ended)
+        return beam_fn_api_pb2.StopWorkerResponse()
+
+    StopWorker.keeps_twins = True
+    return StopWorker
+
+
+def _workers_under(pool, worker_id: str) -> list[tuple[str, object]]:
+    """(table, worker) of every worker started under ``worker_id``, the one Beam's table holds last."""
+    current = [(t, getattr(pool, t)[worker_id]) for t in _WORKER_TABLES if worker_id in getattr(pool, t)]
+    return list(pool.__dict__.get("_twins", {}).get(worker_id, [])) + current
+
+
+def _forget(pool, worker_id: str, ended) -> None:
+    """Drop ``ended`` from the workers under ``worker_id``; Beam's table holds the latest of the others."""
+    others = [(t, w) for t, w in _workers_under(pool, worker_id) if w is not ended]
+    for table in _WORKER_TABLES:
+        getattr(pool, table).pop(worker_id, None)
+    pool._twins[worker_id] = others[:-1]
+    if others:
+        table, latest = others[-1]
+        getattr(pool, table)[worker_id] = latest
+
+
+def _ended(worker) -> bool:
+    """A harness process that exited, or a harness thread whose control stream ended."""
+    poll = getattr(worker, "poll", None)
+    return poll() is not None if poll else getattr(worker, "_alive", True) is False

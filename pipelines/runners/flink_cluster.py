@@ -245,8 +245,9 @@ class FlinkSessionCluster:
     # ------------------------------------------------------------------ processes and configuration
 
     def _start_worker_pool(self) -> None:
-        """Beam's worker pool: it starts one SDK harness process per
-        StartWorker call (one per TaskManager per job), the
+        """Beam's worker pool (:mod:`pipelines.runners.worker_pool`: one pool
+        for every TaskManager, whose workers share ids): it starts one SDK
+        harness process per StartWorker call (one per TaskManager per job), the
         ``sdk-harness`` script in the cluster's folder, which runs
         :mod:`pipelines.runners.harness` with this interpreter and the
         project on PYTHONPATH (an installed package needs no path)."""
@@ -259,7 +260,7 @@ class FlinkSessionCluster:
         harness = self.dir / "sdk-harness"
         harness.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pipelines.runners.harness "$@"\n')
         harness.chmod(0o755)
-        self.pool = self._spawn("worker-pool", [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+        self.pool = self._spawn("worker-pool", [sys.executable, "-m", "pipelines.runners.worker_pool",
                                                 f"--service_port={self.pool_port}",
                                                 f"--container_executable={harness}"], env, flink_bin=False)
 

@@ -19,7 +19,7 @@ from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.utils.counters import CounterFactory
 
 from pipelines.runners.compat import (BEAM_VERSION, SAMPLING_PERIOD_MS, adjust_beam, consolidate_metrics_eagerly,
-                                      end_bundles_promptly)
+                                      end_bundles_promptly, stop_only_ended_workers)
 
 SETUP = Path(__file__).resolve().parents[2] / "setup.py"
 
@@ -144,3 +144,90 @@ def test_an_unknown_sampler_is_left_alone_and_said_so(monkeypatch, caplog):
         assert not end_bundles_promptly()
     assert statesampler.StateSampler.__init__.__defaults__ == (50, 2.0)
     assert "compat adjustment end_bundles_promptly not applied" in caplog.text
+
+
+# A stand-in for the SDK harness a pool starts (the runner side, a TaskManager, cannot run in this test): it
+# records its pid under its control endpoint's name and exits when that "runner" hangs up (a file appears),
+# as a harness ends when its runner closes the control stream.
+STAND_IN_HARNESS = """#!/bin/sh
+for arg in "$@"; do case "$arg" in --control_endpoint=*) runner="${arg#--control_endpoint=}";; esac; done
+echo $$ > "$DIR/$runner.pid"
+while [ ! -e "$DIR/$runner.hangup" ]; do sleep 0.02; done
+"""
+
+
+def _pool_of_processes(tmp_path, monkeypatch):
+    from apache_beam.portability.api import beam_fn_api_pb2_grpc
+    from apache_beam.runners.worker.worker_pool_main import BeamFnExternalWorkerPoolServicer
+
+    import grpc
+
+    harness = tmp_path / "harness"
+    harness.write_text(STAND_IN_HARNESS)
+    harness.chmod(0o755)
+    monkeypatch.setenv("DIR", str(tmp_path))
+    address, server = BeamFnExternalWorkerPoolServicer.start(use_process=True, container_executable=str(harness))
+    return beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolStub(grpc.insecure_channel(address)), server
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _pid(tmp_path, runner: str) -> int:
+    deadline = time.monotonic() + 10
+    while not (tmp_path / f"{runner}.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return int((tmp_path / f"{runner}.pid").read_text())
+
+
+def test_a_pool_shared_by_two_taskmanagers_stops_only_the_worker_whose_runner_hung_up(tmp_path, monkeypatch):
+    """Two TaskManagers' first jobs both ask for worker "1-1" (Beam numbers
+    workers per JVM). The first TaskManager to finish hangs up on its worker
+    and asks to stop "1-1": the other TaskManager's worker keeps running;
+    the last stop under the id stops the last worker, as Beam's pool does."""
+    from apache_beam.portability.api import beam_fn_api_pb2, endpoints_pb2
+
+    assert stop_only_ended_workers()
+    pool, server = _pool_of_processes(tmp_path, monkeypatch)
+    try:
+        for runner in ("tm-a", "tm-b"):
+            control = endpoints_pb2.ApiServiceDescriptor(url=runner)
+            assert not pool.StartWorker(beam_fn_api_pb2.StartWorkerRequest(worker_id="1-1",
+                                                                           control_endpoint=control)).error
+        first, second = _pid(tmp_path, "tm-a"), _pid(tmp_path, "tm-b")
+        (tmp_path / "tm-a.hangup").touch()
+        assert not pool.StopWorker(beam_fn_api_pb2.StopWorkerRequest(worker_id="1-1")).error
+        time.sleep(0.5)
+        assert not _alive(first) and _alive(second), "the pool stopped the worker of the TaskManager still running"
+        assert not pool.StopWorker(beam_fn_api_pb2.StopWorkerRequest(worker_id="1-1")).error
+        deadline = time.monotonic() + 15
+        while _alive(second) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(second), "the last worker under the id was not stopped"
+    finally:
+        server.stop(0)
+
+
+def test_several_live_workers_under_an_id_none_hung_up_are_all_left_running(tmp_path, monkeypatch, caplog):
+    from apache_beam.portability.api import beam_fn_api_pb2, endpoints_pb2
+
+    assert stop_only_ended_workers()
+    monkeypatch.setattr("pipelines.runners.compat.STOP_WAIT_S", 0.3)
+    pool, server = _pool_of_processes(tmp_path, monkeypatch)
+    try:
+        for runner in ("tm-c", "tm-d"):
+            pool.StartWorker(beam_fn_api_pb2.StartWorkerRequest(
+                worker_id="2-1", control_endpoint=endpoints_pb2.ApiServiceDescriptor(url=runner)))
+        pids = [_pid(tmp_path, "tm-c"), _pid(tmp_path, "tm-d")]
+        with caplog.at_level(logging.WARNING, logger="pipelines.runners.compat"):
+            assert not pool.StopWorker(beam_fn_api_pb2.StopWorkerRequest(worker_id="2-1")).error
+        assert all(_alive(pid) for pid in pids)
+        assert "2 workers share the id 2-1 and none has ended" in caplog.text
+    finally:
+        for runner in ("tm-c", "tm-d"):
+            (tmp_path / f"{runner}.hangup").touch()
+        server.stop(0)

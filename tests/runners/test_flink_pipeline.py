@@ -20,6 +20,7 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.transforms.window import GlobalWindow
 
+from pipelines.runners.compat import stop_only_ended_workers
 from tests.support.flink import flink_args
 
 pytestmark = pytest.mark.flink
@@ -98,12 +99,18 @@ def test_embedded_flink_runs_sdf_and_stateful_dofn(flink_job_server_jar, tmp_pat
 
 
 def test_session_cluster_runs_sdf_and_stateful_dofn(flink_job_server_jar, flink_cluster, tmp_path):
+    # Both TaskManagers start their workers in this process's LOOPBACK pool under the same id; without this
+    # (`scinol run` applies it), the first to finish could stop the other's worker (1 run of 6 here, and CI)
+    assert stop_only_ended_workers()
     finished_before = {j["jid"] for j in flink_cluster.jobs() if j["state"] == "FINISHED"}
     args = flink_args(flink_job_server_jar, flink_cluster.master) + ["--parallelism=2"]
     assert run_and_read(args, tmp_path) == EXPECTED
     # It ran on the cluster, not on an embedded MiniCluster of the job server.
     finished = [j for j in flink_cluster.jobs() if j["state"] == "FINISHED" and j["jid"] not in finished_before]
     assert len(finished) == 1
+    # and no task of it failed and was restarted (WriteToText would hide a restart: it keeps one attempt's files)
+    failures = flink_cluster.rest(f"/jobs/{finished[0]['jid']}/exceptions").get("exceptionHistory", {})
+    assert failures.get("entries", []) == [], failures["entries"][0].get("stacktrace", "")[:2000]
 
 
 def test_prism_runs_sdf_and_stateful_dofn(prism_binary, tmp_path):
