@@ -109,10 +109,7 @@ def test_partitions_and_models_spread_evenly_over_two_taskmanagers(tansu_bootstr
     """4 partitions, a model each, parallelism 2: each subtask reads 2
     partitions, sequences 2 and learns 2 models (keyed by their names
     alone, as before, p0, p1 and p2 land on one subtask). The run is
-    unbounded and measured while it runs: a bounded job's tasks end one by
-    one, and on two TaskManagers Beam's runner then now and then restarts
-    the ones still running (docs/runners.md, trap (e)), whose counts start
-    again from 0."""
+    unbounded and measured while it runs, as an operator reads a live job."""
     assert [flink_subtask(nested(f"p{n}"), 2) for n in range(PARTITIONS)] == [1, 1, 1, 0]
     X, y, events = produce(tansu_bootstrap, topic_name, 2000, per_partition_models=True)
     before = {j["jid"] for j in flink_cluster.jobs()}
