@@ -185,8 +185,8 @@ class Counted:
 def confined_run(name: str, parallelism: int, cores: float, bootstrap: str, topic: str, n: int, *flags: str) -> dict:
     """One unbounded ``scinol run`` on a confined cluster of ``parallelism``
     TaskManagers, stopped (SIGTERM) once all ``n`` events are predicted and
-    Flink's figures are read: a bounded job's tasks end one by one, and on
-    several TaskManagers Beam then restarts some (docs/runners.md, trap (e))."""
+    Flink's figures are read: a live job's records per subtask, as an
+    operator reads them, not a finished job's."""
     # Imported here: `scinol` builds this benchmark's parser for every command, and these take 20 ms.
     from pipelines.bench.runner_speed import prediction_window
     from pipelines.runners.flink_rest import settled_records
