@@ -99,10 +99,28 @@ class EventColumns:
 
     def __getstate__(self) -> dict:
         """Without the Python values of :meth:`fields` (one object per
-        event): a pickled batch stays arrays, and they are made again when asked for."""
+        event): a pickled batch stays arrays, and they are made again when
+        asked for. Narrowed for the wire, as every step boundary on Flink
+        copies these bytes several times: positions that fit stored as int32,
+        and dense rows' column numbers (0 .. width-1 in every row) as their width."""
         state = dict(self.__dict__)
         state.pop("_fields", None)
+        width = _dense_width(self.indptr, self.indices)
+        if width is not None:
+            state["indices"] = width
+        for name in _NARROWED:
+            a = state[name]
+            if isinstance(a, np.ndarray) and a.dtype == np.int64 and (a.size == 0 or a.max() <= _INT32_MAX):
+                state[name] = a.astype(np.int32)
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        for name in _NARROWED:
+            if isinstance(state[name], np.ndarray) and state[name].dtype == np.int32:
+                state[name] = state[name].astype(np.int64)
+        if isinstance(state["indices"], int):
+            state["indices"] = np.tile(np.arange(state["indices"], dtype=np.int64), len(state["indptr"]) - 1)
+        self.__dict__.update(state)
 
     @property
     def ok(self) -> np.ndarray:
@@ -132,6 +150,23 @@ class EventColumns:
         writer, reader = _readers(int(self.layout[i]))
         fo = io.BytesIO(self.buf[self.msg_start[i] + 5:self.msg_end[i]].tobytes())
         return schemaless_reader(fo, writer, reader)
+
+
+_NARROWED = ("id_start", "id_end", "msg_start", "msg_end", "feature_start", "indptr", "indices")
+"""Non-negative int64 columns of positions, pickled as int32 when they fit."""
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+def _dense_width(indptr: np.ndarray, indices: np.ndarray) -> int | None:
+    """w when every row holds columns 0 .. w-1 in order (w >= 1), else None."""
+    rows = indptr.shape[0] - 1
+    if rows < 1 or indices.shape[0] == 0 or indptr[0] != 0 or indices.shape[0] % rows:
+        return None
+    width = indices.shape[0] // rows
+    if not np.array_equal(indptr, np.arange(0, indices.shape[0] + 1, width)):
+        return None
+    pattern = indices.reshape(rows, width)
+    return width if np.array_equal(pattern, np.broadcast_to(np.arange(width), pattern.shape)) else None
 
 
 @lru_cache(maxsize=None)
