@@ -126,6 +126,33 @@ class EventColumns:
     def ok(self) -> np.ndarray:
         return self.reason == 0
 
+    def take(self, rows: np.ndarray) -> "EventColumns":
+        """Rows ``rows`` alone as a batch of their own (its row k is row
+        ``rows[k]`` here): each row's message bytes (which hold its id and
+        features) and its id where that lies elsewhere, every column gathered."""
+        rows = np.asarray(rows, np.int64)
+        per_row = {name: getattr(self, name)[rows] for name in _PER_ROW if getattr(self, name) is not None}
+        indptr, indices, values = gather_rows(self.indptr, self.indices, self.values, rows)
+        id_s, id_e = self.id_start[rows], self.id_end[rows]
+        if self.msg_start is None:
+            buf, new_id = _gathered(self.buf, id_s, id_e)
+            moved = {}
+        else:
+            msg_s, msg_e = self.msg_start[rows], self.msg_end[rows]
+            buf, new_msg = _gathered(self.buf, msg_s, msg_e)
+            inside = (id_s >= msg_s) & (id_e <= msg_e)
+            outside, new_out = _gathered(self.buf, id_s[~inside], id_e[~inside])
+            new_id = np.where(inside, id_s - msg_s + new_msg, 0)
+            new_id[~inside] = new_out + buf.shape[0]
+            buf = np.concatenate([buf, outside])
+            moved = {"msg_start": new_msg, "msg_end": new_msg + (msg_e - msg_s),
+                     "feature_start": None if self.feature_start is None else self.feature_start[rows] - msg_s + new_msg}
+        index = {int(r): k for k, r in enumerate(rows.tolist())}
+        return EventColumns(buf=buf, id_start=new_id, id_end=new_id + (id_e - id_s), indptr=indptr, indices=indices,
+                            values=values, models=self.models, hashing=self.hashing, fallbacks=self.fallbacks,
+                            records={index[i]: r for i, r in self.records.items() if i in index},
+                            dead={index[i]: d for i, d in self.dead.items() if i in index}, **per_row, **moved)
+
     def fields(self) -> tuple[list, list, list, list, list]:
         """(ids, timestamps, models, labels, weights) as Python values, one
         per message (None where null), made once per batch: what
@@ -150,6 +177,20 @@ class EventColumns:
         writer, reader = _readers(int(self.layout[i]))
         fo = io.BytesIO(self.buf[self.msg_start[i] + 5:self.msg_end[i]].tobytes())
         return schemaless_reader(fo, writer, reader)
+
+
+_PER_ROW = ("timestamp", "model_code", "label", "has_label", "weight", "has_weight", "reason", "layout")
+"""Columns of one value per message, beside the positions in ``buf`` and the CSR rows."""
+
+
+def _gathered(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The byte ranges [starts, ends) of ``buf`` laid end to end, and where each now starts."""
+    lengths = ends - starts
+    new_starts = np.zeros(lengths.shape[0], np.int64)
+    np.cumsum(lengths[:-1], out=new_starts[1:])
+    total = int(lengths.sum())
+    source = np.repeat(starts - new_starts, lengths) + np.arange(total, dtype=np.int64)
+    return buf[source], new_starts
 
 
 _NARROWED = ("id_start", "id_end", "msg_start", "msg_end", "feature_start", "indptr", "indices")
@@ -520,6 +561,13 @@ class EventRows(Sequence):
             yield Position(topic, partition, o, k), ColumnarEvent(cols, i)
 
     def __reduce__(self):
+        """Its rows alone when it holds some of its batch (one model's part
+        of a batch of several models): each part crosses a step with its own
+        events, not the whole batch's."""
+        n = len(self.rows)
+        if n < len(self.cols):
+            return EventRows, (self.cols.take(self.rows), np.arange(n, dtype=np.int64), self.offsets, self.keys,
+                               self.source)
         return EventRows, (self.cols, self.rows, self.offsets, self.keys, self.source)
 
     def learner_rows(self, learner):

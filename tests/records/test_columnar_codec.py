@@ -159,6 +159,32 @@ def test_decode_equals_the_per_event_path(decoder, values):
     assert_same_as_per_event_path(decoder, values)
 
 
+@SETTINGS
+@given(decoders, st.lists(messages(), min_size=1, max_size=20), st.randoms(use_true_random=False))
+def test_a_models_part_pickles_its_own_rows_and_reads_as_it_did(decoder, values, rnd):
+    """A batch of several models, dead letters and messages the compiled
+    reader did not take: each model's part (and a random subset of a part)
+    pickled on its own comes back with the same events, ids, features read
+    again from the messages (crosses) and learner rows, from its rows alone."""
+    import pickle
+
+    from pipelines.records.columnar import EventRows
+
+    cols = decoder.decode(values)
+    valid = np.flatnonzero(cols.ok)
+    for code in sorted(set(cols.model_code[valid].tolist())):
+        mine = valid[cols.model_code[valid] == code]
+        for rows in (mine, np.array(sorted(rnd.sample(mine.tolist(), rnd.randint(0, len(mine)))), np.int64)):
+            part = EventRows(cols, rows, 10 + rows, [b"k%d" % r for r in rows.tolist()], ("ev", 1))
+            data = pickle.dumps(part, pickle.HIGHEST_PROTOCOL)
+            back = pickle.loads(data)
+            assert len(back.cols) == len(rows) or len(rows) == len(cols)
+            assert [(p, repr(dict(e))) for p, e in back] == [(p, repr(dict(e))) for p, e in part]
+            assert back.event_ids().encoded() == part.event_ids().encoded()
+            if len(rows):
+                assert_same_learner_rows(decoder, list(zip([dict(e) for _, e in part], [e for _, e in back])))
+
+
 def test_valid_events_of_both_versions_take_the_compiled_path():
     """The fuzz above would pass with everything on the per-event path:
     here valid events of every shape and both versions must not need it."""
