@@ -147,7 +147,7 @@ class EventColumns:
             buf = np.concatenate([buf, outside])
             moved = {"msg_start": new_msg, "msg_end": new_msg + (msg_e - msg_s),
                      "feature_start": None if self.feature_start is None else self.feature_start[rows] - msg_s + new_msg}
-        index = {int(r): k for k, r in enumerate(rows.tolist())}
+        index = {int(r): k for k, r in enumerate(rows.tolist())} if self.records or self.dead else {}
         return EventColumns(buf=buf, id_start=new_id, id_end=new_id + (id_e - id_s), indptr=indptr, indices=indices,
                             values=values, models=self.models, hashing=self.hashing, fallbacks=self.fallbacks,
                             records={index[i]: r for i, r in self.records.items() if i in index},
