@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 _NAME = re.compile(r"^ckpt-(\d{12})\.scinol$")
-_TEMP = re.compile(r"^(ckpt-\d{12}\.(scinol|json|scinol\.json)\.tmp|\.tmp-.*\.scinol)$")
+_TEMP = re.compile(r"^(ckpt-\d{12}\.(scinol|json|scinol\.json)(\.\d+-[0-9a-f]+)?\.tmp|\.tmp-.*\.scinol)$")
 STALE_TEMP_SECONDS = 600.0
 _reported: set[str] = set()  # invalid checkpoints already warned about
 
@@ -88,10 +88,13 @@ class CheckpointStore:
             "labels_learned": int(labels_learned),
             "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())],
             "schema_version": SCHEMA_VERSION,
-            "created_ms": int(time.time() * 1000),
             "source": self.source,
         }
-        manifest = {**header, **learner.header(), "uri": fs.absolute(path), "n_coords": learner.state.n_coords}
+        # The time goes in the sidecar only: two attempts writing this
+        # checkpoint at once then write the same bytes, so whichever file and
+        # whichever sidecar win the renames, the checksum matches.
+        manifest = {**header, **learner.header(), "uri": fs.absolute(path), "n_coords": learner.state.n_coords,
+                    "created_ms": int(time.time() * 1000)}
         manifest = write_durably(path, lambda tmp: learner.save(tmp, extra=header, aux=aux), manifest)
         self._prune(folder)
         return manifest

@@ -132,7 +132,8 @@ class CutStore:
         path = fs.join(self.cut_dir(model, seq), shard_file(shard, n_shards))
         part = LearnerState({**state.arrays, "coords": coords}, state.scalars, {**state.fill, "coords": [-1]})
         where = {"model": model, "seq": int(seq), "shard": shard, "n_shards": n_shards}
-        header = {**header, **where, "created_ms": int(time.time() * 1000), "source": self.source}
+        header = {**header, **where, "source": self.source}
+        where["created_ms"] = int(time.time() * 1000)  # sidecar only: see CheckpointStore.save
         write_durably(path, lambda tmp: save_state(tmp, part, header), where, kind="cut")
         self._prune(model, n_shards)
         return path
@@ -141,7 +142,8 @@ class CutStore:
         """One of the :data:`LATE_PARTS` of the cut at ``seq``: numeric arrays and a header."""
         path = fs.join(self.cut_dir(model, seq), part_file(name))
         where = {"model": model, "seq": int(seq), "part": name}
-        header = {**header, **where, "created_ms": int(time.time() * 1000), "source": self.source}
+        header = {**header, **where, "source": self.source}
+        where["created_ms"] = int(time.time() * 1000)  # sidecar only: see CheckpointStore.save
         empty = LearnerState({"none": np.zeros(0)})
         write_durably(path, lambda tmp: save_state(tmp, empty, header, aux), where, kind="cut")
         return path

@@ -8,7 +8,10 @@ ship it).
 Local paths keep the os-level path, because only there can a write be made
 atomic: the file is written whole under a temp name in its folder, fsynced,
 renamed into place and the folder fsynced, so a crash at any moment leaves
-either no new file or a complete one.
+either no new file or a complete one. Each write has its own temp name
+(:func:`temp_name`): a runner may run the same key's work twice at once
+(Prism re-runs a bundle while the first attempt is still writing), and both
+attempts write the same state under the same final name.
 
 Remote paths (``scheme://...``) go through ``FileSystems``. Object stores
 have no atomic rename (GCS and S3 rename is copy then delete), and HDFS
@@ -34,6 +37,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import tempfile
 from typing import Callable
@@ -213,6 +217,12 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+def temp_name(path: str) -> str:
+    """A temp name beside ``path`` that no other writer, in this process or
+    another, uses: concurrent writes of one file each rename their own."""
+    return f"{path}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+
+
 def _fsync_file(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -243,7 +253,7 @@ def write_durably(path: str, save: Callable[[str], None], sidecar: dict, kind: s
         return _write_remote(path, save, sidecar, kind)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    tmp = path + ".tmp"
+    tmp = temp_name(path)
     save(tmp)
     _fsync_file(tmp)
     pause_point(f"{kind}-before-rename")  # fault window for the crash tests (no-op otherwise)
@@ -288,7 +298,7 @@ def write_json_durably(path: str, obj: dict) -> None:
     if is_remote(path):
         _upload(path, text.encode())
         return
-    tmp = path + ".tmp"
+    tmp = temp_name(path)
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()

@@ -8,7 +8,9 @@ full set and prints the table."""
 import json
 import logging
 import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -109,14 +111,37 @@ def test_a_checkpoint_without_its_sidecar_is_checked_by_its_array_checksums(tmp_
 
 def test_stale_temp_files_of_a_crash_are_pruned_fresh_ones_kept(tmp_path):
     store, _ = _three_checkpoints(tmp_path)
-    stale, fresh = tmp_path / "m" / "ckpt-000000000040.scinol.tmp", tmp_path / "m" / ".tmp-abc.scinol"
-    stale.write_bytes(b"half a checkpoint")
-    fresh.write_bytes(b"being written")
+    folder = tmp_path / "m"
+    stale = [folder / "ckpt-000000000040.scinol.tmp", folder / "ckpt-000000000040.scinol.4711-0a1b2c3d.tmp",
+             folder / "ckpt-000000000040.json.4711-0a1b2c3d.tmp"]
+    fresh = [folder / ".tmp-abc.scinol", folder / "ckpt-000000000050.scinol.4712-99aa00ff.tmp"]
     old = time.time() - STALE_TEMP_SECONDS - 5
-    os.utime(stale, (old, old))
+    for path in stale + fresh:
+        path.write_bytes(b"half a checkpoint")
+    for path in stale:
+        os.utime(path, (old, old))
     store.save("m", _learner_after(50), {("t", 0): 50}, 50)
-    assert not stale.exists() and fresh.exists()
+    assert [p.name for p in stale if p.exists()] == [] and all(p.exists() for p in fresh)
     assert json.loads((tmp_path / "m" / "ckpt-000000000050.json").read_text())["event_count"] == 50
+
+
+def test_two_attempts_writing_one_checkpoint_at_once_both_succeed(tmp_path):
+    """A runner may run one key's work twice at once (Prism re-runs a bundle
+    while the first attempt still writes): both write the same checkpoint,
+    neither may find its temp file renamed away by the other."""
+    store, learner = CheckpointStore(str(tmp_path)), _learner_after(40)
+    start = threading.Barrier(8)
+
+    def attempt(_):
+        start.wait()
+        return store.save("m", learner, {("t", 0): 40}, 40)
+
+    with ThreadPoolExecutor(8) as pool:
+        manifests = list(pool.map(attempt, range(8)))
+    assert len({m["checksum"] for m in manifests}) == 1
+    assert store.latest("m").event_count == 40
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["ckpt-000000000040.json",
+                                                                "ckpt-000000000040.scinol"]
 
 
 @pytest.mark.kafka
