@@ -306,23 +306,41 @@ class OffsetsGone(RuntimeError):
     segment) before it read them: what was there cannot be applied in order."""
 
 
+REVIVE_SECONDS = 20.0
+"""How long a reader may get nothing at all (no message, no end of
+partition) after broker errors began before it re-creates its consumer."""
+
+
 class PartitionReader:
     """A consumer assigned to one partition, and where it reads next.
 
     A position below the partition's log start (offsets deleted by retention
     before they were read) raises :class:`OffsetsGone`: librdkafka's reset
     to the earliest offset would skip those offsets without a word, and the
-    batches would still cover them."""
+    batches would still cover them.
+
+    After a broker restart librdkafka can leave an assigned partition
+    unfetched for good (confluentinc/librdkafka#5153, open: a new consumer
+    reads on). So once broker errors have been reported and then
+    ``revive_seconds`` pass without another error, a message or an end of
+    partition, the reader closes its consumer and assigns a new one at its
+    position (again every ``revive_seconds`` while that lasts). A healthy
+    consumer answers within a fetch of the broker's return, so this never
+    touches one."""
 
     def __init__(self, bootstrap: str, topic: str, partition: int, group_id: Optional[str] = None,
-                 config: Optional[dict] = None, error_counter=None):
+                 config: Optional[dict] = None, error_counter=None, revive_seconds: float = REVIVE_SECONDS):
         self.topic, self.partition = topic, partition
         self.bootstrap, self.group_id, self.config = bootstrap, group_id, config
         settings = {**consumer_settings(bootstrap, group_id, config), "auto.offset.reset": "error"}
-        conf, self.reporter = with_error_reporting(settings, f"consumer of {topic}[{partition}]", error_counter)
-        self.consumer = Consumer(conf)
+        self._conf, self.reporter = with_error_reporting(settings, f"consumer of {topic}[{partition}]",
+                                                         error_counter)
+        self.consumer = Consumer(self._conf)
         self.position: Optional[int] = None
         """The offset the next poll returns from; None: unknown (seek first)."""
+        self.revive_seconds = revive_seconds
+        self.revived = 0  # consumers re-created (see the class docstring)
+        self._last_answer = time.monotonic()  # of a message or an end of partition
 
     def seek(self, offset: int) -> None:
         if self.position != offset:
@@ -340,9 +358,30 @@ class PartitionReader:
             if msgs and want > 1:
                 msgs += self.consumer.consume(want - 1, timeout=0)
         polled = self._sort(msgs)
-        if (polled.batch or polled.reached_end) and self.reporter is not None and self.reporter.in_trouble:
-            self.reporter.recovered()
+        if polled.batch or polled.reached_end:
+            self._last_answer = time.monotonic()
+            if self.reporter is not None and self.reporter.in_trouble:
+                self.reporter.recovered()
+        elif self._wedged():
+            self._revive()
         return polled
+
+    def _wedged(self) -> bool:
+        """Broker errors were reported, then ``revive_seconds`` passed with
+        neither another error (the broker is back) nor an answer."""
+        if self.reporter is None or not self.reporter.in_trouble or self.position is None:
+            return False
+        return time.monotonic() - max(self._last_answer, self.reporter.last_error) >= self.revive_seconds
+
+    def _revive(self) -> None:
+        log.warning("Kafka consumer of %s[%d]: nothing read for %.0f s after broker errors stopped; re-creating "
+                    "it at offset %d (librdkafka can leave a partition unfetched after a broker restart)",
+                    self.topic, self.partition, time.monotonic() - self.reporter.last_error, self.position)
+        self.close()
+        self.consumer = Consumer(self._conf)
+        self.consumer.assign([TopicPartition(self.topic, self.partition, self.position)])
+        self.revived += 1
+        self._last_answer = time.monotonic()  # the next revive, if needed, one period later
 
     def _sort(self, msgs) -> Polled:
         topic, partition = self.topic, self.partition

@@ -46,6 +46,7 @@ class BrokerErrorReporter:
         self.errors = 0
         self._unreported = 0
         self._first_error: float | None = None  # start of the current trouble
+        self.last_error = -float("inf")  # monotonic time of the latest error
         self._last_log = -float("inf")
         self._lock = threading.Lock()
 
@@ -54,6 +55,7 @@ class BrokerErrorReporter:
         with self._lock:
             self.errors += 1
             self._unreported += 1
+            self.last_error = now
             if self._first_error is None:
                 self._first_error = now
             due = now - self._last_log >= self.interval
