@@ -29,6 +29,7 @@ setup(
         "scikit-learn>=1.3",  # real data sets bundled in the package, streamed by `scinol demo`
         "matplotlib>=3.7",  # the demo's learning-curve PNG
         "mmh3>=4.0",  # MurmurHash3 of feature names in C: the hashing scheme VW and scikit-learn share
+        "prometheus-client>=0.20",  # `scinol run --metrics-port`: the exposition format and its HTTP server
         "tqdm>=4.60",  # progress bars: one line updated in place, rate and ETA, no hand-written drawing
     ],
     extras_require={

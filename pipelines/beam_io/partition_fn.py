@@ -43,6 +43,7 @@ from confluent_kafka import Consumer
 
 from pipelines.kafka.consumer import (UNBOUNDED_STOP, PartitionReader, StopRule, commit_offset,
                                       consumer_settings)
+from pipelines import telemetry
 from pipelines.kafka.spans import Span
 
 from .batch_coder import KafkaBatch
@@ -205,6 +206,9 @@ class ReadPartitionFn(beam.DoFn):
             if lingering_until:
                 wait = min(wait, max(0.0, lingering_until - time.monotonic()))
             polled = reader.poll(want, wait)
+            if telemetry.serving():
+                after = polled.batch[-1].offset + 1 if polled.batch else call.next_offset
+                telemetry.gauge("consumer_lag", reader.lag(polled, after), topic=topic, partition=str(partition))
             batch, refused = self._claim(tracker, polled.batch, call.next_offset)
             if batch:
                 if linger:
@@ -268,6 +272,7 @@ class ReadPartitionFn(beam.DoFn):
         call.next_offset = batch[-1].offset + 1
         self._messages.inc(len(batch))
         self._batches.inc()
+        telemetry.count("messages_read", len(batch), topic=topic, partition=str(partition))
         if self._group_id is not None:
             if call.finalizing is None:
                 # Read when the bundle is finalized: the offset after the last message this call emitted.

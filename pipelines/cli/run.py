@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
 import os
@@ -109,11 +110,33 @@ def run(args) -> int:
         except ValueError as exc:
             raise UsageError(f"run: {exc}") from None
     cfg = dataclasses.replace(cfg, beam_args=runner_beam_args(args))  # settings checked: now fetch or build
+    if args.metrics_port is not None:
+        serve_metrics(args.metrics_port, args.metrics_host)
     mode = f"{cfg.shards} shards, max staleness {cfg.max_staleness}" if cfg.shards else "exact"
     print(f"scinol run: {cfg.topic} -> {cfg.predictions_topic} ({learner.learner}, {learner.loss}, {mode}, "
           f"{'bounded' if cfg.bounded else 'unbounded'}) on {cfg.bootstrap}, runner {args.runner}"
           + (f" at {args.flink_master or '[local]'}" if args.runner == "flink" else ""), file=sys.stderr)
     return launch(cfg)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)")
+    return port
+
+
+def serve_metrics(port: int, host: str) -> None:
+    from pipelines import telemetry
+
+    try:
+        where = telemetry.serve(port, host)
+    except telemetry.MetricsPortError as exc:
+        raise UsageError(f"run: {exc}") from None
+    print(f"scinol run: Prometheus metrics at http://{where[0]}:{where[1]}/metrics", file=sys.stderr)
 
 
 STOPS = {"DeadLetterRatioExceeded": EXIT_DEAD_LETTERS, "WaitingBoundExceeded": EXIT_ORDER,
@@ -300,6 +323,12 @@ def add_parser(sub) -> None:
     p.add_argument("--max-dead-letter-ratio", type=float, default=None, metavar="R",
                    help=f"stop (exit status {EXIT_DEAD_LETTERS}) when more than this share of the messages became dead "
                         "letters, judged over windows of 1000 messages from the 100th on (default: never stop)")
+    p.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics while the run lasts (0: any free "
+                        "port): events, predictions, dead letters, consumer lag, checkpoints; with the direct "
+                        "runner (other runners' workers are processes of their own)")
+    p.add_argument("--metrics-host", default="0.0.0.0", metavar="HOST",
+                   help="address the metrics endpoint listens on (default all)")
     p.add_argument("--exactly-once", action="store_true",
                    help="write predictions in Kafka transactions, each committed with the input offsets it answers: "
                         "a read_committed consumer sees each prediction once, across restarts and failovers "

@@ -16,6 +16,7 @@ from learners import OnlineLearner
 from learners.interactions import NamespacedRows
 from learners.state import LearnerState
 from learners.losses import losses_of, prepare_labels
+from pipelines import telemetry
 from pipelines.kafka.spans import DEFAULT_MAX_WAITING, Chain
 from pipelines.records.parts import Part
 from pipelines.records.dead_letters import dead_letter
@@ -380,4 +381,5 @@ class ModelRunner:
                                                          aux=aux, labels_learned=self.labels_learned)
         self._since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
+        telemetry.checkpoint_written(self.model, self.events)
         return manifest

@@ -30,6 +30,7 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.transforms.window import GlobalWindow
 
+from pipelines import telemetry
 from pipelines.config import RunConfig
 from pipelines.kafka.producer import KafkaWriter
 from pipelines.kafka.transactions import TransactionalOutput
@@ -214,12 +215,14 @@ class LearnModels(beam.DoFn):
         if not self.cfg.exactly_once:
             self.writer.produce_values(predictions, keys=keys)
             self.predictions.inc(len(predictions))
+            telemetry.count("predictions", len(predictions), model=model)
             return
         out = self._transactional(model)
         messages = [(value, key) for value, key, msg in zip(predictions, keys, answering)
                     if not out.already_written(msg.topic, msg.partition, msg.offset)]
         out.commit(messages, {part.span.stream: part.span.end})
         self.predictions.inc(len(messages))
+        telemetry.count("predictions", len(messages), model=model)
         self.resent.inc(len(predictions) - len(messages))
 
     def _transactional(self, model: str) -> TransactionalOutput:
@@ -245,6 +248,8 @@ class LearnModels(beam.DoFn):
             self.dlq.produce_message(dead_letter_message(
                 record, self.codec.encode("scinol.DeadLetter", record, self.cfg.dlq_topic)))
         Metrics.counter(NAMESPACE, "dead_letters").inc(len(records))
+        for record in records:
+            telemetry.count("dead_letters", reason=record["reason"])
 
     def _gauges(self, model: str, runner: ModelRunner) -> None:
         Metrics.gauge(NAMESPACE, f"waiting_messages_{model}").set(runner.chain.waiting_messages)

@@ -366,6 +366,14 @@ class PartitionReader:
             self._revive()
         return polled
 
+    def lag(self, polled: Polled, position: int) -> int:
+        """Messages between ``position`` and the partition's end, as of
+        ``polled`` (its end of partition) or the end the last fetch saw."""
+        if polled.reached_end and polled.eof_at is not None:
+            return max(0, polled.eof_at - position)
+        _, end = self.consumer.get_watermark_offsets(TopicPartition(self.topic, self.partition), cached=True)
+        return max(0, end - position) if end >= 0 else 0
+
     def _wedged(self) -> bool:
         """Broker errors were reported, then ``revive_seconds`` passed with
         neither another error (the broker is back) nor an answer."""

@@ -38,6 +38,7 @@ from apache_beam.coders import VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec
 
+from pipelines import telemetry
 from pipelines.config import RunConfig
 from pipelines.kafka.producer import KafkaWriter
 from pipelines.records.dead_letters import dead_letter_message
@@ -287,6 +288,8 @@ class RouteEvents(_Sharded, beam.DoFn):
             self.dlq.produce_message(dead_letter_message(
                 record, codec.encode("scinol.DeadLetter", record, self.cfg.dlq_topic)))
         Metrics.counter(NAMESPACE, "dead_letters").inc(len(records))
+        for record in records:
+            telemetry.count("dead_letters", reason=record["reason"])
 
     def _codec(self):
         if self.skips is None:
@@ -466,6 +469,7 @@ class CombineStep(_Sharded, beam.DoFn):
             self.predictions.flush()  # before the cut's feedback: see the class docstring
         self._send_feedback(model, runs)
         self.predicted.inc(n)
+        telemetry.count("predictions", n, model=model)
 
     def _send_feedback(self, model: str, runs) -> None:
         """One FeedbackBatch message per batch (two or more for a very wide model)."""

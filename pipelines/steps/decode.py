@@ -7,6 +7,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
+from pipelines import telemetry
 from pipelines.config import RunConfig
 from pipelines.kafka.consumer import Position
 from pipelines.kafka.spans import Span
@@ -126,8 +127,10 @@ class DecodeEvents(beam.DoFn):
                 items = by_model[event["model"]] = EventBatch(source=source)
             items.append((Position(msg.topic, msg.partition, msg.offset, msg.key), event))
         self.events.inc(len(batch))
+        decoded = sum(len(v) for v in by_model.values())
+        telemetry.count("events", decoded)
         if self.guard is not None:
-            self.guard.count(len(batch), len(batch) - sum(len(v) for v in by_model.values()))
+            self.guard.count(len(batch), len(batch) - decoded)
         return list(by_model.items())
 
     def _columnar(self, batch):
@@ -139,6 +142,7 @@ class DecodeEvents(beam.DoFn):
         for i in sorted(dead):
             yield self._dead_letter(batch[i], *dead[i])
         self.events.inc(len(batch))
+        telemetry.count("events", len(batch) - len(dead))
         if self.guard is not None:
             self.guard.count(len(batch), len(dead))
         keep = np.ones(len(batch), dtype=bool)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
+from pipelines import telemetry
 from pipelines.records.dead_letters import dead_letter_message
 from schemas.codec import Codec
 
@@ -32,4 +33,5 @@ class EncodeDeadLetters(EncodeRecords):
         super().__init__("scinol.DeadLetter", topic, registry)
 
     def process(self, record):
+        telemetry.count("dead_letters", reason=record["reason"])
         yield dead_letter_message(record, self.codec.encode(self.record_type, record, self.topic))

@@ -24,6 +24,7 @@ PACKAGES = ("learners", "schemas", "pipelines")
 RANK = {
     "pipelines.provision": 0,
     "pipelines.kafka": 1,
+    "pipelines.telemetry": 1,
     "pipelines.records": 2,
     "pipelines.state": 2,
     "pipelines.beam_io": 3,

@@ -1,0 +1,107 @@
+"""A run's Prometheus metrics, served over HTTP by ``scinol run --metrics-port``.
+
+The pipeline's steps report through the functions here, once per batch
+(never per event); they do nothing until :func:`serve` has started the
+endpoint in this process. So the endpoint sees the steps that run in the
+process that serves it: the in-process runner's (``--runner direct``).
+Prism's and Flink's workers are processes of their own and do not report
+here (Flink's own metrics reporter is the way there, not built yet).
+The Beam counters the run summary reads are kept as they are, beside these.
+
+Names follow Prometheus's conventions (``scinol_`` prefix, the unit in the
+name, ``_total`` for counters, labels for what a value is of). A last
+checkpoint's age is ``time() - scinol_last_checkpoint_timestamp_seconds``
+in PromQL, so a stalled run shows an age that grows by itself.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+_COUNTERS = {
+    "messages_read": ("scinol_messages_read_total", "Kafka messages read, by topic and partition",
+                      ("topic", "partition")),
+    "events": ("scinol_events_total", "Events decoded", ()),
+    "predictions": ("scinol_predictions_total", "Predictions written, by model", ("model",)),
+    "dead_letters": ("scinol_dead_letters_total", "Messages sent to the dead-letter topic, by reason", ("reason",)),
+}
+_GAUGES = {
+    "consumer_lag": ("scinol_consumer_lag_messages", "End offset minus the position read, by topic and partition",
+                     ("topic", "partition")),
+    "last_checkpoint": ("scinol_last_checkpoint_timestamp_seconds", "Unix time of the last checkpoint, by model",
+                        ("model",)),
+    "checkpoint_events": ("scinol_checkpoint_events", "Events covered by the last checkpoint, by model", ("model",)),
+}
+
+_metrics: dict | None = None  # name -> prometheus_client metric, once serving
+_server = None
+_lock = threading.Lock()
+
+
+class MetricsPortError(OSError):
+    """The metrics endpoint could not listen (a port in use, a bad host)."""
+
+
+def serve(port: int, host: str = "0.0.0.0") -> tuple[str, int]:
+    """Start the endpoint (``/metrics``) on ``host:port`` (port 0: any free
+    one); returns the address it listens on. One at a time per process."""
+    global _metrics, _server
+    from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+    with _lock:
+        if _metrics is not None:
+            raise MetricsPortError("the metrics endpoint is already serving in this process")
+        registry = CollectorRegistry()
+        try:
+            server, _thread = start_http_server(port, addr=host, registry=registry)
+        except OSError as exc:
+            raise MetricsPortError(f"--metrics-port {port}: cannot listen on {host}:{port} "
+                                   f"({exc.strerror or exc})") from None
+        metrics = {name: Counter(full, doc, labels, registry=registry)
+                   for name, (full, doc, labels) in _COUNTERS.items()}
+        metrics.update({name: Gauge(full, doc, labels, registry=registry)
+                        for name, (full, doc, labels) in _GAUGES.items()})
+        for name, (_full, _doc, labels) in {**_COUNTERS, **_GAUGES}.items():
+            if not labels:  # shown as 0 from the start, not absent until the first event
+                metrics[name].inc(0) if name in _COUNTERS else metrics[name].set(0)
+        _metrics, _server = metrics, server
+        return server.server_address[0], server.server_address[1]
+
+
+def stop() -> None:
+    """Stop serving and forget the metrics (a later :func:`serve` starts afresh)."""
+    global _metrics, _server
+    with _lock:
+        if _server is not None:
+            _server.shutdown()
+            _server.server_close()
+        _metrics = _server = None
+
+
+def address() -> tuple[str, int] | None:
+    """Where the endpoint listens; None when not serving."""
+    return None if _server is None else _server.server_address[:2]
+
+
+def serving() -> bool:
+    return _metrics is not None
+
+
+def count(name: str, n: int = 1, **labels) -> None:
+    """Add ``n`` to counter ``name`` (a key of the counters above)."""
+    if _metrics is not None and n:
+        metric = _metrics[name]
+        (metric.labels(**labels) if labels else metric).inc(n)
+
+
+def gauge(name: str, value: float, **labels) -> None:
+    """Set gauge ``name`` (a key of the gauges above)."""
+    if _metrics is not None:
+        metric = _metrics[name]
+        (metric.labels(**labels) if labels else metric).set(value)
+
+
+def checkpoint_written(model: str, events: int) -> None:
+    gauge("last_checkpoint", time.time(), model=model)
+    gauge("checkpoint_events", events, model=model)
