@@ -32,6 +32,12 @@ _GAUGES = {
     "last_checkpoint": ("scinol_last_checkpoint_timestamp_seconds", "Unix time of the last checkpoint, by model",
                         ("model",)),
     "checkpoint_events": ("scinol_checkpoint_events", "Events covered by the last checkpoint, by model", ("model",)),
+    "progressive_loss": ("scinol_progressive_loss", "Mean loss of each prediction before its update, since the "
+                         "model's start, by model", ("model",)),
+    "progressive_accuracy": ("scinol_progressive_accuracy_ratio", "Share of right predictions before their "
+                             "update, since the model's start, by model (classification)", ("model",)),
+    "waiting_messages": ("scinol_waiting_messages", "Messages waiting for an earlier offset of their partition, "
+                         "by model", ("model",)),
 }
 
 _metrics: dict | None = None  # name -> prometheus_client metric, once serving

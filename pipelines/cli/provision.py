@@ -14,18 +14,19 @@ import time
 
 from .errors import UsageError
 
-PARTS = ("kafka", "flink", "prism", "registry")
+PARTS = ("kafka", "flink", "prism", "registry", "prometheus")
 DEFAULT_PARTS = ("kafka", "flink", "prism")
 """What ``scinol provision`` without names fetches: what the Kafka and Flink
 tests and runs need (the registry has its own command, ``scinol registry``)."""
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("provision", help="fetch Apache Kafka, Flink, Prism (and the schema registry) into the cache",
+    p = sub.add_parser("provision", help="fetch Apache Kafka, Flink, Prism (and the schema registry, Prometheus) into the cache",
                        description="Fetches each named part once into ~/.cache/scinol (or $SCINOL_CACHE): kafka "
                                    "(Apache Kafka 4.x jars, Maven), flink (Flink 1.19 from the apache-flink "
                                    "wheels, PyPI, and Beam's Flink job server, Maven), prism (Beam's Prism "
-                                   "runner, built with go install), registry (Apicurio Registry, Maven). "
+                                   "runner, built with go install), registry (Apicurio Registry, Maven), "
+                                   "prometheus (Debian's Prometheus server, for the metrics tests). "
                                    "Without names: kafka flink prism. Idempotent.")
     p.add_argument("parts", nargs="*", metavar="PART",
                    help=f"any of {', '.join(PARTS)} (default: {' '.join(DEFAULT_PARTS)})")
@@ -57,7 +58,14 @@ def _registry() -> list[tuple[str, object]]:
     return [(f"Apicurio Registry {APICURIO_VERSION}", install())]
 
 
-PROVISIONERS = {"kafka": _kafka, "flink": _flink, "prism": _prism, "registry": _registry}
+def _prometheus() -> list[tuple[str, object]]:
+    from pipelines.provision.prometheus import PROMETHEUS_VERSION, provision_prometheus
+
+    return [(f"Prometheus {PROMETHEUS_VERSION}", provision_prometheus())]
+
+
+PROVISIONERS = {"kafka": _kafka, "flink": _flink, "prism": _prism, "registry": _registry,
+                "prometheus": _prometheus}
 
 
 def run(args) -> int:

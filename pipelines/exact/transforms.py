@@ -253,10 +253,13 @@ class LearnModels(beam.DoFn):
 
     def _gauges(self, model: str, runner: ModelRunner) -> None:
         Metrics.gauge(NAMESPACE, f"waiting_messages_{model}").set(runner.chain.waiting_messages)
+        telemetry.gauge("waiting_messages", runner.chain.waiting_messages, model=model)
         if runner.labelled:  # gauges hold integers: parts per million
             Metrics.gauge(NAMESPACE, f"mean_loss_ppm_{model}").set(int(runner.mean_loss * 1e6))
+            telemetry.gauge("progressive_loss", runner.mean_loss, model=model)
             if runner.accuracy is not None:
                 Metrics.gauge(NAMESPACE, f"accuracy_ppm_{model}").set(int(runner.accuracy * 1e6))
+                telemetry.gauge("progressive_accuracy", runner.accuracy, model=model)
         if runner.pending is not None:
             Metrics.gauge(NAMESPACE, f"pending_events_{model}").set(len(runner.pending.events))
             Metrics.gauge(NAMESPACE, f"pending_labels_{model}").set(len(runner.pending.labels))

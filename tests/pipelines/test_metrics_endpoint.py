@@ -1,8 +1,10 @@
 """``scinol run --metrics-port``: the run's Prometheus metrics, scraped over
-HTTP from a real bounded run on the direct runner against the tansu broker."""
+HTTP from a real bounded run on the direct runner against the tansu broker,
+and by a real Prometheus server queried with PromQL."""
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 import urllib.request
@@ -14,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pipelines import telemetry
 from pipelines.cli.main import main
 from pipelines.records.topics import produce_events
+from tests.support.prometheus import PrometheusServer
 from tests.support.runs import toy_stream
 
 
@@ -29,6 +32,25 @@ def _scrape() -> dict:
 def _total(samples: dict, name: str, **labels) -> float:
     want = set(labels.items())
     return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
+
+
+@pytest.fixture(scope="module")
+def prometheus_binary():
+    from pipelines.provision.cache import ProvisionError
+    from pipelines.provision.prometheus import provision_prometheus
+
+    try:
+        return provision_prometheus()
+    except ProvisionError as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"provisioning failed in CI: {exc}")
+        pytest.skip(f"no Prometheus: {exc}")
+
+
+def _run(bootstrap: str, topic: str, tmp_path, *extra: str) -> int:
+    return main(["run", "--bootstrap", bootstrap, "--topic", topic, "--predictions-topic", topic + ".pred",
+                 "--checkpoint-dir", str(tmp_path / "ckpt"), "--metrics-host", "127.0.0.1", "--runner", "direct",
+                 *extra])
 
 
 @pytest.fixture
@@ -50,9 +72,7 @@ def test_a_bounded_run_serves_its_counts_by_model_partition_and_reason(tansu_boo
         producer.produce(topic_name, b"not an event %d" % i, partition=i % 2)
     assert producer.flush(30) == 0
     started = time.time()
-    assert main(["run", "--bootstrap", tansu_bootstrap, "--topic", topic_name, "--predictions-topic",
-                 topic_name + ".pred", "--bounded", "--checkpoint-dir", str(tmp_path / "ckpt"),
-                 "--metrics-port", "0", "--metrics-host", "127.0.0.1", "--runner", "direct"]) == 0
+    assert _run(tansu_bootstrap, topic_name, tmp_path, "--bounded", "--metrics-port", "0") == 0
     assert "Prometheus metrics at http://127.0.0.1:" in capsys.readouterr().err
     samples = _scrape()
     assert _total(samples, "scinol_messages_read_total") == 307
@@ -65,6 +85,38 @@ def test_a_bounded_run_serves_its_counts_by_model_partition_and_reason(tansu_boo
     for model in "ab":
         assert _total(samples, "scinol_checkpoint_events", model=model) == 150
         assert started <= _total(samples, "scinol_last_checkpoint_timestamp_seconds", model=model) <= time.time()
+        assert 0 < _total(samples, "scinol_progressive_loss", model=model) < 1  # logistic loss of a learnt model
+        assert 0.5 < _total(samples, "scinol_progressive_accuracy_ratio", model=model) <= 1
+        assert _total(samples, "scinol_waiting_messages", model=model) == 0
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_a_prometheus_server_scrapes_an_unbounded_run_to_its_end(tansu_bootstrap, topic_name, tmp_path,
+                                                                  metrics_off, prometheus_binary):
+    """Prometheus scrapes while the run goes on (every second), and PromQL
+    over its HTTP API gives every event counted and a lag of 0 at the end."""
+    _, _, events = toy_stream(400)
+    produce_events(tansu_bootstrap, topic_name, events, partitions=2, progress=False)
+    host, port = telemetry.serve(0, "127.0.0.1")
+    with PrometheusServer(prometheus_binary, f"127.0.0.1:{port}", tmp_path / "prometheus") as prometheus:
+        _wait(lambda: prometheus.scalar("up{job='scinol'}") == 1.0, "Prometheus scraping the run")
+        telemetry.stop()  # the run serves its own endpoint, on the same port
+        assert _run(tansu_bootstrap, topic_name, tmp_path, "--stop-after", "200", "--checkpoint-every", "100",
+                    "--metrics-port", str(port)) == 0
+        _wait(lambda: prometheus.scalar("sum(scinol_events_total)") == 400, "400 events in Prometheus")
+        assert prometheus.scalar("sum(scinol_predictions_total)") == 400
+        assert prometheus.scalar("max(scinol_consumer_lag_messages)") == 0
+        assert prometheus.scalar("count(scinol_consumer_lag_messages)") == 2  # one series a partition
+        age = prometheus.scalar("time() - max(scinol_last_checkpoint_timestamp_seconds)")
+        assert age is not None and 0 <= age < 120
+
+
+def _wait(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
 
 
 def test_a_metrics_port_in_use_is_a_one_line_usage_error(metrics_off, capsys):

@@ -1,0 +1,73 @@
+"""A real Prometheus server (Debian's, provisioned) that scrapes one target,
+and its HTTP query API, for the metrics tests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from pipelines.kafka.broker import free_port
+
+
+class PrometheusServer:
+    """``prometheus`` scraping ``target`` (``host:port``) every second; a context manager."""
+
+    def __init__(self, binary: Path, target: str, folder: Path):
+        self.binary, self.target, self.folder = binary, target, folder
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> "PrometheusServer":
+        self.folder.mkdir(parents=True, exist_ok=True)
+        config = self.folder / "prometheus.yml"
+        config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                          "scrape_configs:\n  - job_name: scinol\n"
+                          f"    static_configs:\n      - targets: ['{self.target}']\n")
+        self.log = open(self.folder / "prometheus.log", "wb")
+        self.process = subprocess.Popen(
+            [str(self.binary), f"--config.file={config}", f"--storage.tsdb.path={self.folder / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not self._ready():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                raise RuntimeError(f"Prometheus did not start; see {self.folder / 'prometheus.log'}")
+            time.sleep(0.2)
+        return self
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def query(self, promql: str) -> list[dict]:
+        """The instant vector ``promql`` evaluates to: [{"metric": labels, "value": [t, "v"]}]."""
+        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        with urllib.request.urlopen(url, timeout=10) as response:
+            answer = json.load(response)
+        assert answer["status"] == "success", answer
+        return answer["data"]["result"]
+
+    def scalar(self, promql: str) -> float | None:
+        """The value of a one-element ``promql``; None while it has none."""
+        result = self.query(promql)
+        return float(result[0]["value"][1]) if len(result) == 1 else None
+
+    def __exit__(self, *exc) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
+        self.log.close()
