@@ -3,9 +3,12 @@
 The pipeline's steps report through the functions here, once per batch
 (never per event); they do nothing until :func:`serve` has started the
 endpoint in this process. So the endpoint sees the steps that run in the
-process that serves it: the in-process runner's (``--runner direct``).
-Prism's and Flink's workers are processes of their own and do not report
-here (Flink's own metrics reporter is the way there, not built yet).
+process that serves it: the in-process runner's (``--runner direct``) and
+Flink's when their SDK harness is this process's (``LOOPBACK``, the
+default of ``scinol run --runner flink`` without ``--worker-pool``, on an
+embedded Flink or a session cluster). Prism's workers and a worker pool's
+are processes of their own and do not report here (for those, Flink's own
+metrics reporter is the way, not built yet).
 The Beam counters the run summary reads are kept as they are, beside these.
 
 Names follow Prometheus's conventions (``scinol_`` prefix, the unit in the

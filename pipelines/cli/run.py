@@ -326,7 +326,7 @@ def add_parser(sub) -> None:
     p.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics while the run lasts (0: any free "
                         "port): events, predictions, dead letters, consumer lag, checkpoints; with the direct "
-                        "runner (other runners' workers are processes of their own)")
+                        "runner, and Flink without --worker-pool (its workers then run in this process)")
     p.add_argument("--metrics-host", default="0.0.0.0", metavar="HOST",
                    help="address the metrics endpoint listens on (default all)")
     p.add_argument("--exactly-once", action="store_true",

@@ -7,31 +7,15 @@ from __future__ import annotations
 import os
 import socket
 import time
-import urllib.request
 
 import pytest
 from confluent_kafka import Producer
-from prometheus_client.parser import text_string_to_metric_families
 
 from pipelines import telemetry
 from pipelines.cli.main import main
 from pipelines.records.topics import produce_events
-from tests.support.prometheus import PrometheusServer
+from tests.support.prometheus import PrometheusServer, scrape, total
 from tests.support.runs import toy_stream
-
-
-def _scrape() -> dict:
-    """{(metric sample name, frozenset of labels): value} from the endpoint."""
-    host, port = telemetry.address()
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def _total(samples: dict, name: str, **labels) -> float:
-    want = set(labels.items())
-    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
 
 
 @pytest.fixture(scope="module")
@@ -74,20 +58,20 @@ def test_a_bounded_run_serves_its_counts_by_model_partition_and_reason(tansu_boo
     started = time.time()
     assert _run(tansu_bootstrap, topic_name, tmp_path, "--bounded", "--metrics-port", "0") == 0
     assert "Prometheus metrics at http://127.0.0.1:" in capsys.readouterr().err
-    samples = _scrape()
-    assert _total(samples, "scinol_messages_read_total") == 307
-    assert {p: _total(samples, "scinol_messages_read_total", partition=p) for p in "01"} == {"0": 154, "1": 153}
-    assert _total(samples, "scinol_events_total") == 300
-    assert {m: _total(samples, "scinol_predictions_total", model=m) for m in "ab"} == {"a": 150, "b": 150}
+    samples = scrape()
+    assert total(samples, "scinol_messages_read_total") == 307
+    assert {p: total(samples, "scinol_messages_read_total", partition=p) for p in "01"} == {"0": 154, "1": 153}
+    assert total(samples, "scinol_events_total") == 300
+    assert {m: total(samples, "scinol_predictions_total", model=m) for m in "ab"} == {"a": 150, "b": 150}
     reasons = {dict(ls)["reason"]: v for (n, ls), v in samples.items() if n == "scinol_dead_letters_total"}
     assert sum(reasons.values()) == 7 and len(reasons) == 1, reasons
-    assert {p: _total(samples, "scinol_consumer_lag_messages", partition=p) for p in "01"} == {"0": 0, "1": 0}
+    assert {p: total(samples, "scinol_consumer_lag_messages", partition=p) for p in "01"} == {"0": 0, "1": 0}
     for model in "ab":
-        assert _total(samples, "scinol_checkpoint_events", model=model) == 150
-        assert started <= _total(samples, "scinol_last_checkpoint_timestamp_seconds", model=model) <= time.time()
-        assert 0 < _total(samples, "scinol_progressive_loss", model=model) < 1  # logistic loss of a learnt model
-        assert 0.5 < _total(samples, "scinol_progressive_accuracy_ratio", model=model) <= 1
-        assert _total(samples, "scinol_waiting_messages", model=model) == 0
+        assert total(samples, "scinol_checkpoint_events", model=model) == 150
+        assert started <= total(samples, "scinol_last_checkpoint_timestamp_seconds", model=model) <= time.time()
+        assert 0 < total(samples, "scinol_progressive_loss", model=model) < 1  # logistic loss of a learnt model
+        assert 0.5 < total(samples, "scinol_progressive_accuracy_ratio", model=model) <= 1
+        assert total(samples, "scinol_waiting_messages", model=model) == 0
 
 
 @pytest.mark.kafka

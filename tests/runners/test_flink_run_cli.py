@@ -123,3 +123,28 @@ def topic_exists(bootstrap: str, topic: str) -> bool:
     from confluent_kafka.admin import AdminClient
 
     return topic in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+
+
+def test_on_embedded_flink_the_metrics_endpoint_counts_what_its_loopback_workers_did(
+        tansu_bootstrap, topic_name, tmp_path, flink_job_server_jar, capsys):
+    """The steps run in the SDK harness of this process (LOOPBACK), so the
+    endpoint of ``--metrics-port`` sees them as on the direct runner."""
+    from pipelines import telemetry
+    from pipelines.cli.main import main
+    from tests.support.prometheus import scrape, total
+
+    _, _, events = toy_stream(200)
+    produce_events(tansu_bootstrap, topic_name, events, partitions=2, progress=False)
+    telemetry.stop()
+    try:
+        assert main(["run", "--bootstrap", tansu_bootstrap, "--topic", topic_name, "--predictions-topic",
+                     topic_name + ".pred", "--bounded", "--checkpoint-dir", str(tmp_path / "ckpt"), "--runner",
+                     "flink", "--parallelism", "2", "--metrics-port", "0", "--metrics-host", "127.0.0.1"]) == 0
+        assert "200 predictions written" in capsys.readouterr().err
+        samples = scrape()
+    finally:
+        telemetry.stop()
+    assert total(samples, "scinol_messages_read_total") == 200
+    assert total(samples, "scinol_events_total") == 200
+    assert total(samples, "scinol_predictions_total", model="default") == 200
+    assert {p: total(samples, "scinol_consumer_lag_messages", partition=p) for p in "01"} == {"0": 0, "1": 0}

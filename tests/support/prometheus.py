@@ -1,5 +1,6 @@
-"""A real Prometheus server (Debian's, provisioned) that scrapes one target,
-and its HTTP query API, for the metrics tests."""
+"""Reading ``scinol run --metrics-port``: the endpoint of this process
+scraped directly, and a real Prometheus server (Debian's, provisioned)
+that scrapes one target, with its HTTP query API."""
 
 from __future__ import annotations
 
@@ -10,7 +11,24 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from pipelines import telemetry
 from pipelines.kafka.broker import free_port
+
+
+def scrape() -> dict:
+    """{(metric sample name, frozenset of labels): value} from the endpoint."""
+    host, port = telemetry.address()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def total(samples: dict, name: str, **labels) -> float:
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
 
 
 class PrometheusServer:
