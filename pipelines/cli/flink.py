@@ -33,10 +33,12 @@ LOG = "keeper.log"
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("flink", help="start, stop or show a local Flink session cluster (up / down / status)",
+    p = sub.add_parser("flink", help="start, stop or show a local Flink session cluster (up / down / status); "
+                                     "stop a job with a savepoint (stop)",
                        description="A Flink 1.19 session cluster on loopback, in the background: `up` starts a "
                                    "JobManager and N TaskManagers and prints the master address to give "
-                                   "`scinol run --runner flink --flink-master`; `down` stops it.")
+                                   "`scinol run --runner flink --flink-master`; `down` stops it. `stop` stops a "
+                                   "job on any Flink cluster with a savepoint, for `scinol run --from-savepoint`.")
     actions = p.add_subparsers(dest="action", required=True, parser_class=type(p))
     up = actions.add_parser("up", help="start the cluster (says so if it is already up)")
     up.add_argument("--taskmanagers", type=int, default=2, metavar="N", help="TaskManagers to start (default 2)")
@@ -47,21 +49,33 @@ def add_parser(sub) -> None:
     down = actions.add_parser("down", help="stop the cluster started by `scinol flink up`")
     status = actions.add_parser("status", help="say whether the cluster is up, where, and with how many TaskManagers "
                                           "(exit status 1 when it is down)")
+    stop = actions.add_parser("stop", help="stop a running job with a savepoint (Flink's stop-with-savepoint) and "
+                                           "print where it went; resume with `scinol run ... --from-savepoint`")
+    stop.add_argument("job", nargs="?", default=None, metavar="JOB",
+                      help="the Flink job id or the job's name (Beam's --job_name); default: the only running job")
+    stop.add_argument("--savepoint", required=True, metavar="DIR",
+                      help="folder (or scheme:// URL the cluster can write) the savepoint goes in")
+    stop.add_argument("--flink-master", default=None, metavar="HOST:PORT",
+                      help="the cluster's REST address (default: the cluster `scinol flink up` started)")
+    stop.add_argument("--drain", action="store_true",
+                      help="end event time first (timers fire, windows close): for a job that will not resume")
+    stop.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                      help="seconds to wait for the savepoint (default 300)")
     serve = actions.add_parser("serve", help=argparse.SUPPRESS)  # the keeper `up` starts
     serve.add_argument("--taskmanagers", type=int, required=True)
     serve.add_argument("--slots", type=int, required=True)
     serve.add_argument("--port", type=int, default=None)
     serve.add_argument("--timeout", type=float, required=True)
-    for q in (up, down, status, serve):
+    for q in (up, down, status, serve, stop):
         q.add_argument("--state-dir", default=None, metavar="DIR",
                        help="where the cluster's pids and ports are recorded (default: <cache>/flink-session)")
-    for q in (up, down, status, serve):
+    for q in (up, down, status, serve, stop):
         q.set_defaults(func=run)
 
 
 def run(args) -> int:
     folder = Path(args.state_dir) if args.state_dir else _default_state_dir()
-    return {"up": up, "down": down, "status": status, "serve": serve}[args.action](args, folder)
+    return {"up": up, "down": down, "status": status, "serve": serve, "stop": stop}[args.action](args, folder)
 
 
 def _default_state_dir() -> Path:
@@ -207,6 +221,44 @@ def status(args, folder: Path) -> int:
           f"{overview.get('jobs-running', '?')} jobs running (Flink {overview.get('flink-version', '?')}); "
           f"SDK worker pool at {state.get('worker_pool')}", file=sys.stderr)
     return 0
+
+
+def stop(args, folder: Path) -> int:
+    """Stop a job with a savepoint; its location on stdout."""
+    from pipelines.runners import flink_rest
+
+    master = args.flink_master or (read_state(folder) or {}).get("master")
+    if master is None:
+        raise UsageError("flink stop: no --flink-master given and no cluster started by `scinol flink up`")
+    target = _savepoint_target(args.savepoint)
+    try:
+        job = flink_rest.find_job(master, args.job)
+        location = flink_rest.stop_with_savepoint(master, job["jid"], target, args.drain, args.timeout)
+    except LookupError as exc:
+        raise UsageError(f"flink stop: {exc}") from None
+    except (flink_rest.SavepointError, TimeoutError) as exc:
+        raise UsageError(f"flink stop: no savepoint taken, the job runs on: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"flink stop: the cluster at {master} did not answer ({exc})") from None
+    print(location, flush=True)
+    print(f"scinol flink: stopped job {job['jid']} ({job['name']}) with a savepoint at {location}; resume it with "
+          f"`scinol run ... --from-savepoint {location}`", file=sys.stderr)
+    return 0
+
+
+def _savepoint_target(given: str) -> str:
+    """A local folder as an absolute ``file://`` URI (made here, so an
+    unwritable one is refused before Flink is asked); a URL as given."""
+    if "://" in given:
+        return given
+    path = Path(given).resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"flink stop: --savepoint {given}: cannot make the folder ({exc.strerror})") from None
+    if not os.access(path, os.W_OK):
+        raise UsageError(f"flink stop: --savepoint {given}: the folder is not writable")
+    return path.as_uri()
 
 
 # ------------------------------------------------------------------ the keeper

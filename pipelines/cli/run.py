@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import re
 import sys
 
 from pipelines.kafka.spans import DEFAULT_MAX_WAITING
@@ -63,7 +64,8 @@ def runner_beam_args(args, provision: bool = True) -> list[str]:
     local = args.checkpoint_dir and "://" not in args.checkpoint_dir
     state_dir = os.path.join(args.checkpoint_dir, "flink-state") if local else None  # an embedded Flink's
     opts = RunnerOptions(args.runner, args.flink_master, args.parallelism, args.checkpointing_interval, args.bounded,
-                         args.worker_pool, state_dir, args.execution_mode, args.shards is not None)
+                         args.worker_pool, state_dir, args.execution_mode, args.shards is not None,
+                         args.from_savepoint)
     parts = {} if provision else {"job_server_jar": "(not provisioned)", "prism_binary": "(not provisioned)"}
     try:
         return beam_args(opts, list(args.beam_args), **parts)
@@ -152,6 +154,26 @@ def _stop_of(exc) -> tuple[str, str] | None:
         if f"{name}: " in text:
             return name, text.split(f"{name}: ")[-1].splitlines()[0].split(" [while running")[0]
     return None
+
+
+_NO_FIT = re.compile(r"Failed to rollback to checkpoint/savepoint (\S+?)\.? Cannot map checkpoint/savepoint state "
+                     r"for operator (\w+)")
+
+
+def _savepoint_refusal(text: str) -> str | None:
+    """One line for Flink's refusal of a savepoint whose state does not fit
+    the job (``text``: the job's failure as Beam reports it), else None."""
+    found = _NO_FIT.search(text)
+    if found is None:
+        return None
+    return (f"the savepoint {found.group(1)} does not fit this pipeline: Flink finds no step for the state of "
+            f"its operator {found.group(2)}. Resume with the options the job was stopped with (mode, topics, "
+            f"labels, shards); --parallelism may change, but not to or from 1 (Flink then joins the steps "
+            f"differently, and Beam's Flink runner names them by how they are joined)")
+
+
+def _not_a_refusal(record: logging.LogRecord) -> bool:
+    return _NO_FIT.search(record.getMessage()) is None
 
 
 def _not_a_stop(record: logging.LogRecord) -> bool:
@@ -251,9 +273,13 @@ def launch(cfg) -> int:
     _quiet_runner_hang_ups()
     beam_log = logging.getLogger("apache_beam.runners.common")
     beam_log.addFilter(_not_a_stop)
+    logging.getLogger().addFilter(_not_a_refusal)  # Beam's portable runner logs the job's failure at the root
     try:
         result = run_pipeline(cfg, say=lambda line: print(f"scinol run: {line}", file=sys.stderr))
     except Exception as exc:  # noqa: BLE001 - Beam re-raises a step's error wrapped in its own
+        refused = _savepoint_refusal(str(exc))
+        if refused is not None:
+            raise UsageError(f"run: {refused}") from None
         stop = _stop_of(exc)
         if stop is None:
             raise
@@ -261,6 +287,7 @@ def launch(cfg) -> int:
         return STOPS[stop[0]]
     finally:
         beam_log.removeFilter(_not_a_stop)
+        logging.getLogger().removeFilter(_not_a_refusal)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     summary = summarize(result) if cfg.bounded else None
@@ -375,5 +402,8 @@ def add_parser(sub) -> None:
     r.add_argument("--checkpointing-interval", type=int, default=None, metavar="MS",
                    help="milliseconds between Flink checkpoints (default 10000); Kafka offsets are committed "
                         "when a checkpoint completes")
+    r.add_argument("--from-savepoint", default=None, metavar="PATH",
+                   help="Flink: start from a savepoint (`scinol flink stop` prints its path): each model's state and "
+                        "each partition's position carry on from it, also at another --parallelism")
     p.add_argument("beam_args", nargs="*", metavar="-- BEAM_ARGS", help="passed to Beam's PipelineOptions")
     p.set_defaults(func=run)

@@ -166,12 +166,17 @@ class FlinkSessionCluster:
         """Pids of the TaskManager JVMs that are alive."""
         return [p.pid for p in self.taskmanagers.values() if p.poll() is None]
 
-    def kill_taskmanager(self, pid: int) -> None:
-        """kill -9 one TaskManager (a crash, for failover tests)."""
+    def kill_taskmanager(self, pid: int, graceful: bool = False) -> None:
+        """kill -9 one TaskManager (a crash, for failover tests); with
+        ``graceful``, SIGTERM: it leaves the cluster in good order."""
         for resource_id, proc in list(self.taskmanagers.items()):
             if proc.pid == pid:
-                proc.kill()
-                proc.wait()
+                proc.terminate() if graceful else proc.kill()
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
                 del self.taskmanagers[resource_id]
                 return
         raise ValueError(f"pid {pid} is not a TaskManager of this cluster (they are {self.taskmanager_pids()})")

@@ -81,6 +81,8 @@ class RunnerOptions(NamedTuple):
     execution_mode: str | None = None
     """Flink's ``streaming`` or ``batch`` execution (None: streaming); batch for a bounded exact run only."""
     sharded: bool = False
+    savepoint: str | None = None
+    """A Flink savepoint (path or URL) to start from."""
 
 
 def check(opts: RunnerOptions) -> None:
@@ -89,7 +91,8 @@ def check(opts: RunnerOptions) -> None:
         raise ValueError(f"--runner must be one of {', '.join(RUNNERS)}, not {opts.runner!r}")
     flink_only = [name for name, value in (("--flink-master", opts.flink_master), ("--parallelism", opts.parallelism),
                                            ("--checkpointing-interval", opts.checkpointing_interval),
-                                           ("--worker-pool", opts.worker_pool))
+                                           ("--worker-pool", opts.worker_pool),
+                                           ("--from-savepoint", opts.savepoint))
                   if value is not None]
     if flink_only and opts.runner != "flink":
         raise ValueError(f"{flink_only[0]} applies to --runner flink only (the runner is {opts.runner})")
@@ -113,6 +116,18 @@ def check(opts: RunnerOptions) -> None:
     for name, value in (("--parallelism", opts.parallelism), ("--checkpointing-interval", opts.checkpointing_interval)):
         if value is not None and value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
+    if opts.savepoint is not None:
+        check_savepoint(opts.savepoint)
+
+
+def check_savepoint(where: str) -> None:
+    """ValueError unless a local savepoint (a path or ``file:`` URI) is a
+    folder holding Flink's ``_metadata``; other URLs are the cluster's to read."""
+    if "://" in where and not where.startswith("file:"):
+        return
+    path = Path(where.removeprefix("file://").removeprefix("file:"))
+    if not (path / "_metadata").is_file():
+        raise ValueError(f"--from-savepoint {where}: no Flink savepoint there (no _metadata file)")
 
 
 def beam_args(opts: RunnerOptions, extra: list[str], *, job_server_jar=None, prism_binary=None) -> list[str]:
@@ -151,6 +166,8 @@ def flink_args(opts: RunnerOptions, job_server_jar=None) -> list[str]:
     args += [f"--number_of_execution_retries={RESTART_ATTEMPTS}", f"--execution_retry_delay={RESTART_DELAY_MS}"]
     if opts.parallelism is not None:
         args.append(f"--parallelism={opts.parallelism}")
+    if opts.savepoint is not None:
+        args.append(f"--savepoint_path={opts.savepoint}")
     return args
 
 
@@ -187,7 +204,7 @@ LOW_LATENCY_BUFFER_TIMEOUT_MS = 1
 
 
 class FlinkLatencyOptions(PipelineOptions):
-    """Two options of Beam's Flink job server that Beam's Python SDK does not
+    """Options of Beam's Flink job server that Beam's Python SDK does not
     declare: declared here so they parse without a warning; the portable
     runner passes them on to the job server as any other option."""
 
@@ -197,6 +214,8 @@ class FlinkLatencyOptions(PipelineOptions):
                             help="Flink: longest a bundle stays open, in milliseconds (Flink's default 1000)")
         parser.add_argument("--flink_conf_dir", default=None,
                             help="Flink: a directory whose flink-conf.yaml the job server reads")
+        parser.add_argument("--savepoint_path", default=None,
+                            help="Flink: the savepoint the job starts from")
 
 
 def low_latency_flink_args(given: list[str]) -> list[str]:

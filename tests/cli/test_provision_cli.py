@@ -59,4 +59,4 @@ def test_an_unknown_part_is_one_line(capsys):
     assert main(["provision", "kafka", "zookeeper"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == "scinol: error: provision: unknown part 'zookeeper' (choose from kafka, flink, prism, registry)\n"
+    assert err == "scinol: error: provision: unknown part 'zookeeper' (choose from kafka, flink, prism, registry, prometheus)\n"
