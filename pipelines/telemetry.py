@@ -22,6 +22,8 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
+
 _COUNTERS = {
     "messages_read": ("scinol_messages_read_total", "Kafka messages read, by topic and partition",
                       ("topic", "partition")),
@@ -42,6 +44,9 @@ _GAUGES = {
     "waiting_messages": ("scinol_waiting_messages", "Messages waiting for an earlier offset of their partition, "
                          "by model", ("model",)),
 }
+
+LATENCY_BUCKETS = np.array([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0])
+"""Upper bounds (seconds) of the prediction latency histogram's buckets."""
 
 _metrics: dict | None = None  # name -> prometheus_client metric, once serving
 _server = None
@@ -71,6 +76,10 @@ def serve(port: int, host: str = "0.0.0.0") -> tuple[str, int]:
                    for name, (full, doc, labels) in _COUNTERS.items()}
         metrics.update({name: Gauge(full, doc, labels, registry=registry)
                         for name, (full, doc, labels) in _GAUGES.items()})
+        metrics["latency"] = _BatchHistogram(
+            "scinol_prediction_latency_seconds", "Seconds from an event's timestamp to its prediction, by model",
+            "model", LATENCY_BUCKETS)
+        registry.register(metrics["latency"])
         for name, (_full, _doc, labels) in {**_COUNTERS, **_GAUGES}.items():
             if not labels:  # shown as 0 from the start, not absent until the first event
                 metrics[name].inc(0) if name in _COUNTERS else metrics[name].set(0)
@@ -109,6 +118,43 @@ def gauge(name: str, value: float, **labels) -> None:
     if _metrics is not None:
         metric = _metrics[name]
         (metric.labels(**labels) if labels else metric).set(value)
+
+
+def latencies(model: str, event_ms: np.ndarray) -> None:
+    """Observe, for one batch of predictions, the time from each event's
+    timestamp (ms; negative: none) to now."""
+    if _metrics is not None and len(event_ms):
+        stamped = np.asarray(event_ms, dtype=np.int64)
+        stamped = stamped[stamped >= 0]
+        _metrics["latency"].observe_many(time.time() - stamped / 1000.0, model)
+
+
+class _BatchHistogram:
+    """A Prometheus histogram with one label, observed a batch at a time
+    with NumPy (``prometheus_client``'s Histogram observes one value a call)."""
+
+    def __init__(self, name: str, doc: str, label: str, bounds: np.ndarray):
+        self.name, self.doc, self.label, self.bounds = name, doc, label, bounds
+        self._series: dict[str, list] = {}  # label value -> [counts per bucket (+Inf last), sum]
+        self._lock = threading.Lock()
+
+    def observe_many(self, values: np.ndarray, label_value: str) -> None:
+        counts = np.bincount(np.searchsorted(self.bounds, values, side="left"), minlength=len(self.bounds) + 1)
+        with self._lock:
+            series = self._series.setdefault(label_value, [np.zeros(len(self.bounds) + 1, np.int64), 0.0])
+            series[0] += counts
+            series[1] += float(values.sum())
+
+    def collect(self):
+        from prometheus_client.core import HistogramMetricFamily
+
+        family = HistogramMetricFamily(self.name, self.doc, labels=[self.label])
+        with self._lock:
+            for value, (counts, total) in sorted(self._series.items()):
+                cumulative = np.cumsum(counts).tolist()
+                buckets = [(repr(float(b)), c) for b, c in zip(self.bounds, cumulative)] + [("+Inf", cumulative[-1])]
+                family.add_metric([value], buckets, total)
+        yield family
 
 
 def checkpoint_written(model: str, events: int) -> None:

@@ -35,7 +35,7 @@ from pipelines.config import RunConfig
 from pipelines.kafka.producer import KafkaWriter
 from pipelines.kafka.transactions import TransactionalOutput
 from pipelines.records.dead_letters import dead_letter_message
-from pipelines.records.columnar import prediction_keys_of
+from pipelines.records.columnar import event_timestamps_of, prediction_keys_of
 from pipelines.state.checkpoints import CheckpointStore, checkpoint_record
 from pipelines.records.parts import EVENTS, LABELS, Part, waiting_report
 from pipelines.steps import (NAMESPACE, WAITING_CLASSES, KeptAsDeltas, KeptCells, KeptCoder, pickle_sharing,
@@ -196,6 +196,8 @@ class LearnModels(beam.DoFn):
             else:
                 predictions = self._encoded(runner.process(items))
             keys = prediction_keys_of(items)
+            if telemetry.serving():
+                telemetry.latencies(model, event_timestamps_of(items))
             answering = [position for position, _ in items] if self.cfg.exactly_once else []
             self._dead_letters(runner.dropped_labels())  # labels the events topic moved past
         else:  # SKIP: nothing of this model in those offsets

@@ -617,6 +617,13 @@ def prediction_keys_of(items) -> list[bytes]:
     return prediction_keys([e["id"] for _, e in items], [getattr(p, "key", None) for p, _ in items])
 
 
+def event_timestamps_of(items) -> np.ndarray:
+    """The timestamp (ms, -1: none) of each event of (Position, event) pairs or an :class:`EventRows`."""
+    if isinstance(items, EventRows):
+        return items.cols.timestamp[items.rows]
+    return np.array([e["timestamp"] for _, e in items], dtype=np.int64)
+
+
 def _features_of(cols: EventColumns, rows: np.ndarray, learner):
     """The learner's input for ``rows`` of the columns, without a Python
     object per event: CSR rows gathered from the decoded arrays; for a

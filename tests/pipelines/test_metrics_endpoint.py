@@ -72,6 +72,10 @@ def test_a_bounded_run_serves_its_counts_by_model_partition_and_reason(tansu_boo
         assert 0 < total(samples, "scinol_progressive_loss", model=model) < 1  # logistic loss of a learnt model
         assert 0.5 < total(samples, "scinol_progressive_accuracy_ratio", model=model) <= 1
         assert total(samples, "scinol_waiting_messages", model=model) == 0
+        assert total(samples, "scinol_prediction_latency_seconds_count", model=model) == 150
+        mean = total(samples, "scinol_prediction_latency_seconds_sum", model=model) / 150  # toy events: late 2023
+        assert total(samples, "scinol_prediction_latency_seconds_bucket", model=model, le="300.0") == 0
+        assert 365 * 86400 < mean < time.time() - 1.6e9  # over a year, under the time since 2020
 
 
 @pytest.mark.kafka
@@ -81,6 +85,8 @@ def test_a_prometheus_server_scrapes_an_unbounded_run_to_its_end(tansu_bootstrap
     """Prometheus scrapes while the run goes on (every second), and PromQL
     over its HTTP API gives every event counted and a lag of 0 at the end."""
     _, _, events = toy_stream(400)
+    now_ms = int(time.time() * 1000)
+    events = [{**e, "timestamp": now_ms} for e in events]  # latency from now, not from the toy stream's 2023
     produce_events(tansu_bootstrap, topic_name, events, partitions=2, progress=False)
     host, port = telemetry.serve(0, "127.0.0.1")
     with PrometheusServer(prometheus_binary, f"127.0.0.1:{port}", tmp_path / "prometheus") as prometheus:
@@ -94,6 +100,9 @@ def test_a_prometheus_server_scrapes_an_unbounded_run_to_its_end(tansu_bootstrap
         assert prometheus.scalar("count(scinol_consumer_lag_messages)") == 2  # one series a partition
         age = prometheus.scalar("time() - max(scinol_last_checkpoint_timestamp_seconds)")
         assert age is not None and 0 <= age < 120
+        assert prometheus.scalar("sum(scinol_prediction_latency_seconds_count)") == 400
+        p99 = prometheus.scalar("histogram_quantile(0.99, sum by (le) (scinol_prediction_latency_seconds_bucket))")
+        assert p99 is not None and 0 < p99 <= 60, p99  # produced just before the run: seconds, not years
 
 
 def _wait(condition, what: str, timeout: float = 60.0) -> None:
