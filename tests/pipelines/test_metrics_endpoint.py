@@ -4,9 +4,11 @@ and by a real Prometheus server queried with PromQL."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -103,6 +105,19 @@ def test_a_prometheus_server_scrapes_an_unbounded_run_to_its_end(tansu_bootstrap
         assert prometheus.scalar("sum(scinol_prediction_latency_seconds_count)") == 400
         p99 = prometheus.scalar("histogram_quantile(0.99, sum by (le) (scinol_prediction_latency_seconds_bucket))")
         assert p99 is not None and 0 < p99 <= 60, p99  # produced just before the run: seconds, not years
+        _dashboard_queries_answer(prometheus)
+
+
+def _dashboard_queries_answer(prometheus) -> None:
+    """Every query of the Grafana dashboard in deploy/ is valid PromQL over
+    the run's metrics, and all but the dead-letter panel (none in this run) show data."""
+    dashboard = json.loads((Path(__file__).parents[2] / "deploy" / "monitoring" / "grafana-dashboard.json")
+                           .read_text())
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    no_data = ["sum by (reason) (rate(scinol_dead_letters_total[5m]))"]
+    empty = lambda: [q for q in queries if not prometheus.query(q)]  # noqa: E731
+    _wait(lambda: empty() == no_data, "every panel but the dead letters' to show data (a rate needs two scrapes)",
+          timeout=30)
 
 
 def _wait(condition, what: str, timeout: float = 60.0) -> None:
