@@ -26,6 +26,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import NamedTuple
 
 from pipelines.kafka.broker import DEFAULT_HOST, BrokerError, _port_open, free_port
 from pipelines.provision.kafka import DEFAULT_KAFKA_VERSION, provision_kafka
@@ -78,7 +79,7 @@ class ApacheKafkaBroker:
 
     def __init__(self, port: int | None = None, host: str = DEFAULT_HOST, advertised_port: int | None = None, *,
                  version: str = DEFAULT_KAFKA_VERSION, secure: bool = False, username: str = "scinol",
-                 heap: str = DEFAULT_HEAP, settings: dict | None = None):
+                 heap: str = DEFAULT_HEAP, settings: dict | None = None, quorum: "Quorum | None" = None):
         self.host = host
         self.port = port or free_port(host)
         self.advertised_port = advertised_port or self.port
@@ -92,6 +93,7 @@ class ApacheKafkaBroker:
         self.home: Path | None = None  # the data folder, kept across restart()
         self.log_path: str | None = None
         self._controller_port: int | None = None
+        self.quorum = quorum  # None: a cluster of this one node
         self._password = secrets.token_urlsafe(18)
         self._inter_broker_password = secrets.token_urlsafe(18)
         self._keystore_password = secrets.token_urlsafe(18)
@@ -165,7 +167,7 @@ class ApacheKafkaBroker:
         """A new data folder: certificates, configuration, formatted storage."""
         self.home = Path(tempfile.mkdtemp(prefix="apache-kafka-"))
         self.log_path = str(self.home / "broker.log")
-        self._controller_port = free_port(self.host)
+        self._controller_port = self.quorum.controller_port if self.quorum else free_port(self.host)
         if self.secure:
             from pipelines.kafka.tls import make_ca_and_server_cert
 
@@ -177,10 +179,12 @@ class ApacheKafkaBroker:
     def server_properties(self) -> dict:
         """The broker's ``server.properties``, as a dict."""
         controller = f"{self.host}:{self._controller_port}"
+        voters = ({"controller.quorum.voters": self.quorum.voters} if self.quorum else
+                  {"controller.quorum.bootstrap.servers": controller})
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.bootstrap.servers": controller,
+            "node.id": str(self.quorum.node_id if self.quorum else 1),
+            **voters,
             "controller.listener.names": "CONTROLLER",
             "listeners": f"CLIENT://{self.host}:{self.port},CONTROLLER://{controller}",
             "advertised.listeners": f"CLIENT://{self.host}:{self.advertised_port}",
@@ -188,7 +192,7 @@ class ApacheKafkaBroker:
             "listener.security.protocol.map":
                 f"CLIENT:{'SASL_SSL' if self.secure else 'PLAINTEXT'},CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.home / "data"),
-            **SINGLE_NODE_SETTINGS,
+            **(SINGLE_NODE_SETTINGS if self.quorum is None else self.quorum.settings),
             **self.settings,
         }
         if self.secure:
@@ -215,9 +219,12 @@ class ApacheKafkaBroker:
         }
 
     def _format_storage(self, libs: Path) -> None:
+        # One node formats itself as the whole controller quorum; in a cluster the
+        # quorum is the static voters list, and every node shares the cluster id.
         cmd = self._java(libs, "kafka.tools.StorageTool") + [
-            "format", "--standalone", "--config", str(self.home / "server.properties"),
-            "--cluster-id", new_cluster_id()]
+            "format", *(["--standalone"] if self.quorum is None else []),
+            "--config", str(self.home / "server.properties"),
+            "--cluster-id", self.quorum.cluster_id if self.quorum else new_cluster_id()]
         if self.secure:  # salted here: no password on a command line
             for user, password in ((self.username, self._password), ("broker", self._inter_broker_password)):
                 cmd += ["--add-scram", scram_credential(user, password)]
@@ -232,17 +239,20 @@ class ApacheKafkaBroker:
                 "-cp", f"{libs}/*", main]
 
     def _launch(self, libs: Path, timeout: float, wait_for_groups: bool = True) -> None:
+        self._spawn(libs)
+        try:
+            self._wait_until_serving(timeout, wait_for_groups)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _spawn(self, libs: Path) -> None:
         cmd = self._java(libs, "kafka.Kafka") + [str(self.home / "server.properties")]
         with open(self.log_path, "ab") as log:
             # Its own session (Ctrl-C in a terminal reaches us, and we stop
             # it), and SIGTERM when we die, even by SIGKILL: no leaked brokers.
             self.process = subprocess.Popen(dying_with_parent(cmd), stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.home)
-        try:
-            self._wait_until_serving(timeout, wait_for_groups)
-        except BaseException:
-            self.stop()
-            raise
 
     def _wait_until_serving(self, timeout: float, wait_for_groups: bool = True) -> None:
         """Until the broker lists itself in its metadata (it is then
@@ -262,7 +272,8 @@ class ApacheKafkaBroker:
         while self.process.poll() is None and time.monotonic() < deadline:
             try:
                 metadata = admin.list_topics(timeout=2.0)
-                if metadata.brokers and (not wait_for_groups or self._group_coordinators_loaded(metadata)):
+                registered = self.quorum.node_id in metadata.brokers if self.quorum else bool(metadata.brokers)
+                if registered and (not wait_for_groups or self._group_coordinators_loaded(metadata)):
                     return
             except Exception as exc:  # KafkaException until the listener is ready
                 last = exc
@@ -314,6 +325,15 @@ class ApacheKafkaBroker:
         if first_error is not None:
             return " / ".join(line.strip() for line in lines[first_error:first_error + 2])[:chars]
         return "\n".join(lines)[-chars:].strip()
+
+
+class Quorum(NamedTuple):
+    """A node's place in a cluster of several (see :mod:`pipelines.kafka.apache_cluster`)."""
+    node_id: int
+    controller_port: int
+    voters: str  # controller.quorum.voters: "1@host:port,2@host:port,..."
+    cluster_id: str
+    settings: dict  # the cluster's defaults (replication, min.insync.replicas), instead of a single node's
 
 
 def write_properties(path: Path, props: dict) -> None:

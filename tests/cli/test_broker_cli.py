@@ -76,3 +76,33 @@ def test_broker_refuses_a_port_out_of_range(capsys):
 
     assert main(["broker", "--kind", "kafka", "--port", "70000"]) == 2
     assert capsys.readouterr().err == "scinol: error: broker: --port must be between 1 and 65535, got 70000\n"
+
+
+@pytest.mark.slow
+def test_a_three_node_cluster_prints_every_address_serves_and_stops_on_sigterm():
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "broker", "--kind", "kafka", "--brokers", "3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        bootstrap = proc.stdout.readline().strip()
+        nodes = bootstrap.split(",")
+        assert len(nodes) == 3 and all(port_open(node) for node in nodes), bootstrap
+        assert produce_and_consume(bootstrap) == b"hello"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(90) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read()
+    assert "Traceback" not in err and "cluster of 3 KRaft nodes" in err
+    assert not any(port_open(node) for node in nodes)
+
+
+@pytest.mark.parametrize("args", [["--brokers", "3"], ["--kind", "kafka", "--brokers", "0"],
+                                  ["--kind", "kafka", "--brokers", "3", "--port", "9092"]])
+def test_a_cluster_that_cannot_be_is_one_line(args, capsys):
+    from pipelines.cli.main import main
+
+    assert main(["broker", *args]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("scinol: error: broker: "), err
