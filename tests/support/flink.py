@@ -12,3 +12,22 @@ def flink_args(jar, master: str, *more: str) -> list[str]:
 
 def predictions_of(bootstrap, topic):
     return [record for _, _, record in read_topic(bootstrap, topic)]
+
+
+def wait_for(condition, timeout: float, what: str, story=lambda: "") -> None:
+    """Until ``condition()``; AssertionError naming ``what`` (and ``story()``) after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; {story()}")
+        time.sleep(0.5)
+
+
+def new_running_job(cluster, before: set, timeout: float = 180.0) -> str:
+    """The id of a job running on ``cluster`` that is not in ``before``."""
+    found = []
+    wait_for(lambda: found.extend(j["jid"] for j in cluster.jobs() if j["state"] == "RUNNING"
+                                  and j["jid"] not in before) or found, timeout, "the job to start on the cluster")
+    return found[0]
