@@ -13,6 +13,8 @@ import uuid
 
 import pytest
 
+from tests.support.processes import reaped
+
 pytestmark = pytest.mark.kafka
 
 
@@ -80,19 +82,14 @@ def test_broker_refuses_a_port_out_of_range(capsys):
 
 @pytest.mark.slow
 def test_a_three_node_cluster_prints_every_address_serves_and_stops_on_sigterm():
-    proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "broker", "--kind", "kafka", "--brokers", "3"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    try:
-        bootstrap = proc.stdout.readline().strip()
-        nodes = bootstrap.split(",")
-        assert len(nodes) == 3 and all(port_open(node) for node in nodes), bootstrap
-        assert produce_and_consume(bootstrap) == b"hello"
+    with reaped(subprocess.Popen([sys.executable, "-m", "pipelines.cli", "broker", "--kind", "kafka", "--brokers", "3"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 stdin=subprocess.DEVNULL)) as proc:
+        nodes = proc.stdout.readline().strip().split(",")
+        assert len(nodes) == 3 and all(port_open(node) for node in nodes), nodes
+        assert produce_and_consume(",".join(nodes)) == b"hello"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(90) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     err = proc.stderr.read()
     assert "Traceback" not in err and "cluster of 3 KRaft nodes" in err
     assert not any(port_open(node) for node in nodes)

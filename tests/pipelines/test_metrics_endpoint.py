@@ -5,7 +5,6 @@ and by a real Prometheus server queried with PromQL."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 from pathlib import Path
@@ -16,21 +15,17 @@ from confluent_kafka import Producer
 from pipelines import telemetry
 from pipelines.cli.main import main
 from pipelines.records.topics import produce_events
+from tests.support.provisioned import provisioned
 from tests.support.prometheus import PrometheusServer, scrape, total
 from tests.support.runs import toy_stream
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(scope="module")
 def prometheus_binary():
-    from pipelines.provision.cache import ProvisionError
     from pipelines.provision.prometheus import provision_prometheus
 
-    try:
-        return provision_prometheus()
-    except ProvisionError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"provisioning failed in CI: {exc}")
-        pytest.skip(f"no Prometheus: {exc}")
+    return provisioned(provision_prometheus)
 
 
 def _run(bootstrap: str, topic: str, tmp_path, *extra: str) -> int:
@@ -92,11 +87,11 @@ def test_a_prometheus_server_scrapes_an_unbounded_run_to_its_end(tansu_bootstrap
     produce_events(tansu_bootstrap, topic_name, events, partitions=2, progress=False)
     host, port = telemetry.serve(0, "127.0.0.1")
     with PrometheusServer(prometheus_binary, f"127.0.0.1:{port}", tmp_path / "prometheus") as prometheus:
-        _wait(lambda: prometheus.scalar("up{job='scinol'}") == 1.0, "Prometheus scraping the run")
+        wait_for(lambda: prometheus.scalar("up{job='scinol'}") == 1.0, 60, "Prometheus scraping the run")
         telemetry.stop()  # the run serves its own endpoint, on the same port
         assert _run(tansu_bootstrap, topic_name, tmp_path, "--stop-after", "200", "--checkpoint-every", "100",
                     "--metrics-port", str(port)) == 0
-        _wait(lambda: prometheus.scalar("sum(scinol_events_total)") == 400, "400 events in Prometheus")
+        wait_for(lambda: prometheus.scalar("sum(scinol_events_total)") == 400, 60, "400 events in Prometheus")
         assert prometheus.scalar("sum(scinol_predictions_total)") == 400
         assert prometheus.scalar("max(scinol_consumer_lag_messages)") == 0
         assert prometheus.scalar("count(scinol_consumer_lag_messages)") == 2  # one series a partition
@@ -116,15 +111,9 @@ def _dashboard_queries_answer(prometheus) -> None:
     queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
     no_data = ["sum by (reason) (rate(scinol_dead_letters_total[5m]))"]
     empty = lambda: [q for q in queries if not prometheus.query(q)]  # noqa: E731
-    _wait(lambda: empty() == no_data, "every panel but the dead letters' to show data (a rate needs two scrapes)",
-          timeout=30)
+    wait_for(lambda: empty() == no_data, 30, "every panel but the dead letters' to show data (a rate needs two "
+                                             "scrapes)")
 
-
-def _wait(condition, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
 
 
 def test_a_metrics_port_in_use_is_a_one_line_usage_error(metrics_off, capsys):

@@ -9,21 +9,11 @@ integration test must not pass as green in CI.
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import pytest
 
-from pipelines.provision.cache import ProvisionError
-
-
-def _provisioned(make):
-    try:
-        return make()
-    except ProvisionError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"provisioning failed in CI: {exc}")
-        pytest.skip(f"not provisioned: {exc}")
+from tests.support.provisioned import provisioned as _provisioned
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,8 @@ from pipelines.launch import start
 from pipelines.records.topics import produce_events
 from pipelines.state.checkpoints import CheckpointStore
 from tests.support.brokers import started
-from tests.support.flink import flink_args, new_running_job, predictions_of, wait_for
+from tests.support.flink import flink_args, new_running_job, predictions_of
+from tests.support.waiting import wait_for
 from tests.support.runs import config, toy_stream
 
 pytestmark = [pytest.mark.flink, pytest.mark.kafka, pytest.mark.slow]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -22,6 +21,7 @@ from pipelines.state.checkpoints import CheckpointStore
 from tests.support.flink import predictions_of
 from tests.support.partitioned import PARTITIONS, check_one_model
 from tests.support.runs import toy_stream
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.flink, pytest.mark.kafka, pytest.mark.slow]
 
@@ -35,13 +35,8 @@ def _scinol_run(bootstrap, topic, tmp_path, master, name, *extra) -> subprocess.
          "--", f"--job_name={name}"], stderr=err, stdin=subprocess.DEVNULL)
 
 
-def _wait(condition, timeout: float, what: str, log=None) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            tail = open(log).read()[-3000:] if log else ""
-            raise AssertionError(f"timed out waiting for {what}\n{tail}")
-        time.sleep(0.5)
+def _log(path):
+    return lambda: open(path).read()[-3000:]
 
 
 def _running(cluster, name: str) -> str | None:
@@ -56,9 +51,9 @@ def test_a_run_stopped_with_a_savepoint_resumes_at_another_parallelism_writing_e
     first = _scinol_run(bootstrap, topic_name, tmp_path, master, "before", "--parallelism", "2",
                         "--checkpoint-every", str(n))
     try:
-        _wait(lambda: _running(flink_cluster, "before"), 240, "the first job", tmp_path / "before.log")
+        wait_for(lambda: _running(flink_cluster, "before"), 240, "the first job", _log(tmp_path / "before.log"))
         job = _running(flink_cluster, "before")
-        _wait(lambda: flink_cluster.completed_checkpoints(job) >= 2, 240, "two Flink checkpoints")
+        wait_for(lambda: flink_cluster.completed_checkpoints(job) >= 2, 240, "two Flink checkpoints")
         assert main(["flink", "stop", "before", "--savepoint", str(tmp_path / "savepoints"),
                      "--flink-master", master]) == 0
         location = capsys.readouterr().out.strip().splitlines()[-1]
@@ -83,8 +78,8 @@ def test_a_run_stopped_with_a_savepoint_resumes_at_another_parallelism_writing_e
     resumed = _scinol_run(bootstrap, topic_name, tmp_path, master, "after", "--parallelism", "3",
                           "--checkpoint-every", str(n), "--from-savepoint", location)
     try:
-        _wait(lambda: (c := CheckpointStore(str(tmp_path / "ckpt")).latest("default")) is not None
-              and c.event_count == n, 300, f"the model's checkpoint at event {n}", tmp_path / "after.log")
+        wait_for(lambda: (c := CheckpointStore(str(tmp_path / "ckpt")).latest("default")) is not None
+                 and c.event_count == n, 300, f"the model's checkpoint at event {n}", _log(tmp_path / "after.log"))
     finally:
         flink_cluster.cancel_live_jobs()
         resumed.kill()

@@ -20,7 +20,8 @@ from pipelines.launch import run, start
 from pipelines.records.topics import produce_events
 from pipelines.state.checkpoints import CheckpointStore
 from pipelines.state.cuts import CutStore
-from tests.support.flink import flink_args, predictions_of
+from tests.support.flink import flink_args, new_running_job, predictions_of
+from tests.support.waiting import wait_for
 from tests.support.runs import config, toy_stream
 from tests.support.sharded_loop import in_one_process
 from tests.support.trialkit import read_topic
@@ -85,24 +86,6 @@ def test_sharded_mode_on_the_session_cluster_equals_exact_mode(apache_kafka, top
     assert [by_id[e["id"]] for e in events] == in_one_process(events, topic_name, 2)  # bit for bit
 
 
-def _flink_job(cluster, before: set, timeout: float = 180.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        running = [j["jid"] for j in cluster.jobs() if j["state"] == "RUNNING" and j["jid"] not in before]
-        if running:
-            return running[0]
-        time.sleep(0.5)
-    raise AssertionError("the job did not start on the session cluster")
-
-
-def _wait(condition, timeout: float, what: str, story=lambda: "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; {story()}")
-        time.sleep(0.5)
-
-
 def _model_at(ckpt_dir: str, n: int) -> bool:
     final = CheckpointStore(ckpt_dir).latest("default")
     return final is not None and final.event_count == n
@@ -124,13 +107,13 @@ def _failover_run(kafka, cluster, jar, topic, tmp_path, n: int, exactly_once: bo
     before = {j["jid"] for j in cluster.jobs()}
     result = start(cfg)
     try:
-        job = _flink_job(cluster, before)
-        _wait(lambda: cluster.completed_checkpoints(job) >= 2, 180, "two completed Flink checkpoints",
+        job = new_running_job(cluster, before)
+        wait_for(lambda: cluster.completed_checkpoints(job) >= 2, 180, "two completed Flink checkpoints",
               lambda: _job_story(cluster, job))
         producer = _producing(bootstrap, topic, events[500:n // 2])
         _kill_mid_stream(cluster, job, producer)
         restored = cluster.completed_checkpoints(job)
-        _wait(lambda: cluster.completed_checkpoints(job) > restored, 240, "a checkpoint after the restart",
+        wait_for(lambda: cluster.completed_checkpoints(job) > restored, 240, "a checkpoint after the restart",
               lambda: _job_story(cluster, job))
         producer = _producing(bootstrap, topic, events[n // 2:])
         if broker_restart:
@@ -138,7 +121,7 @@ def _failover_run(kafka, cluster, jar, topic, tmp_path, n: int, exactly_once: bo
             assert producer.is_alive(), "the broker restart must come mid-stream"
             kafka.restart(down_for=3.0)
         producer.join()
-        _wait(lambda: _model_at(cfg.checkpoint_dir, n), 300, f"the model's checkpoint at event {n}",
+        wait_for(lambda: _model_at(cfg.checkpoint_dir, n), 300, f"the model's checkpoint at event {n}",
               lambda: f"{_job_story(cluster, job)}; {_input_story(bootstrap, topic, cfg.checkpoint_dir)}")
         failures = cluster.rest(f"/jobs/{job}/exceptions").get("exceptionHistory", {}).get("entries", [])
     finally:
@@ -191,15 +174,15 @@ def test_sharded_mode_survives_a_killed_taskmanager_without_losing_or_doubling_a
     before = {j["jid"] for j in cluster.jobs()}
     result = start(cfg)
     try:
-        job = _flink_job(cluster, before)
+        job = new_running_job(cluster, before)
         story = lambda: _job_story(cluster, job)  # noqa: E731
-        _wait(lambda: len(predictions_of(bootstrap, cfg.predictions_topic)) >= 8, 420, "the first predictions",
+        wait_for(lambda: len(predictions_of(bootstrap, cfg.predictions_topic)) >= 8, 420, "the first predictions",
               story)
-        _wait(lambda: cluster.completed_checkpoints(job) >= 2, 180, "two completed Flink checkpoints", story)
+        wait_for(lambda: cluster.completed_checkpoints(job) >= 2, 180, "two completed Flink checkpoints", story)
         producer = _producing(bootstrap, topic_name, events[8:20], rate=2)
         _kill_mid_stream(cluster, job, producer)
         produce_events(bootstrap, topic_name, events[20:], progress=False)
-        _wait(lambda: _cut_at(cfg.checkpoint_dir, n), 420, f"the checkpoint cut at event {n}", story)
+        wait_for(lambda: _cut_at(cfg.checkpoint_dir, n), 420, f"the checkpoint cut at event {n}", story)
         failures = cluster.rest(f"/jobs/{job}/exceptions").get("exceptionHistory", {}).get("entries", [])
     finally:
         result.cancel()  # on the cluster too, else the next test's job waits for its slots
@@ -226,7 +209,7 @@ def _wait_idle(cluster, slots: int, timeout: float = 180.0) -> None:
         return (not busy and overview["slots-available"] >= slots
                 and overview["taskmanagers"] == len(cluster.taskmanager_pids()))
 
-    _wait(idle, timeout, f"an idle cluster with {slots} free slots",
+    wait_for(idle, timeout, f"an idle cluster with {slots} free slots",
           lambda: f"{cluster.rest('/overview')}, jobs {cluster.jobs()}")
 
 
@@ -261,8 +244,8 @@ def test_sigterm_to_scinol_run_cancels_its_job_on_the_session_cluster(
              "--runner", "flink", "--flink-master", cluster.master],
             stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
     try:
-        job = _flink_job(cluster, before)
-        _wait(lambda: len(predictions_of(bootstrap, topic_name + ".pred")) >= len(events), 300,
+        job = new_running_job(cluster, before)
+        wait_for(lambda: len(predictions_of(bootstrap, topic_name + ".pred")) >= len(events), 300,
               "the predictions", lambda: _job_story(cluster, job))
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(120) == 130

@@ -2,6 +2,7 @@
 
 from pipelines.runners.options import job_server_args
 from tests.support.trialkit import read_topic
+from tests.support.waiting import wait_for
 
 
 def flink_args(jar, master: str, *more: str) -> list[str]:
@@ -12,17 +13,6 @@ def flink_args(jar, master: str, *more: str) -> list[str]:
 
 def predictions_of(bootstrap, topic):
     return [record for _, _, record in read_topic(bootstrap, topic)]
-
-
-def wait_for(condition, timeout: float, what: str, story=lambda: "") -> None:
-    """Until ``condition()``; AssertionError naming ``what`` (and ``story()``) after ``timeout`` seconds."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; {story()}")
-        time.sleep(0.5)
 
 
 def new_running_job(cluster, before: set, timeout: float = 180.0) -> str:
