@@ -15,15 +15,20 @@ def section_commands() -> list[list[str]]:
     section = text.split("## Running on Apache Kafka and Flink", 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```bash\n(.*?)```", section, re.S)
     lines = block.replace("\\\n", " ").splitlines()
-    return [shlex.split(line.split("#", 1)[0].replace("HOST:PORT", "localhost:8081"))[1:] for line in lines
-            if line.startswith("scinol ")]
+    commands = [shlex.split(line.split("#", 1)[0].replace("HOST:PORT", "localhost:8081"))[1:] for line in lines
+                if line.startswith("scinol ")]
+    first_run = next(c for c in commands if c[0] == "run")
+    # "scinol run ... --from-savepoint PATH" means the run above with one more option
+    return [first_run + c[2:] if c[:2] == ["run", "..."] else c for c in commands]
 
 
 def test_every_command_of_the_section_parses():
     commands = section_commands()
-    assert [c[0] for c in commands] == ["provision", "broker", "flink", "run", "flink", "flink"]
+    assert [c[0] for c in commands] == ["provision", "broker", "flink", "run", "flink", "flink", "run", "flink"]
     for argv in commands:
         args = build_parser().parse_args(argv)  # a UsageError names any option it does not accept
         assert callable(args.func)
     run = build_parser().parse_args(commands[3])
     assert (run.runner, run.flink_master, run.parallelism) == ("flink", "localhost:8081", 2)
+    resume = build_parser().parse_args(commands[6])
+    assert (resume.runner, resume.from_savepoint) == ("flink", "PATH")
