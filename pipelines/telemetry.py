@@ -7,8 +7,11 @@ process that serves it: the in-process runner's (``--runner direct``) and
 Flink's when their SDK harness is this process's (``LOOPBACK``, the
 default of ``scinol run --runner flink`` without ``--worker-pool``, on an
 embedded Flink or a session cluster). Prism's workers and a worker pool's
-are processes of their own and do not report here (for those, Flink's own
-metrics reporter is the way, not built yet).
+are processes of their own and do not report here: a session cluster
+started with ``scinol flink up --metrics-ports FIRST-LAST`` gives each of
+its Python workers an endpoint of its own, on the first free port of that
+range (:func:`serve_first_free`), beside Flink's Prometheus reporter on
+the same range.
 The Beam counters the run summary reads are kept as they are, beside these.
 
 Names follow Prometheus's conventions (``scinol_`` prefix, the unit in the
@@ -85,6 +88,36 @@ def serve(port: int, host: str = "0.0.0.0") -> tuple[str, int]:
                 metrics[name].inc(0) if name in _COUNTERS else metrics[name].set(0)
         _metrics, _server = metrics, server
         return server.server_address[0], server.server_address[1]
+
+
+def port_range(text: str) -> range:
+    """``FIRST-LAST`` (or one port) as the ports it names, both ends
+    included, as Flink's ``metrics.reporter.prom.port`` reads it."""
+    first, _, last = text.partition("-")
+    try:
+        ports = range(int(first), int(last or first) + 1)
+    except ValueError:
+        ports = range(0)
+    if not ports or ports.start < 1 or ports.stop > 65536:
+        raise ValueError(f"{text!r} is not a port range (FIRST-LAST, 1-65535)")
+    return ports
+
+
+def port_range_text(ports: range) -> str:
+    """The inverse of :func:`port_range`."""
+    return f"{ports.start}-{ports.stop - 1}"
+
+
+def serve_first_free(ports: range, host: str = "0.0.0.0") -> tuple[str, int]:
+    """:func:`serve` on the first of ``ports`` nothing listens on (Flink's
+    reporter and the other workers take theirs from the same range)."""
+    for port in ports:
+        try:
+            return serve(port, host)
+        except MetricsPortError:
+            if serving():
+                raise
+    raise MetricsPortError(f"no free port for the metrics endpoint in {port_range_text(ports)}")
 
 
 def stop() -> None:

@@ -231,3 +231,12 @@ def schema_registry(tmp_path_factory):
         yield RegistryAccess(registry.url, "scinol", password, cert)
     finally:
         registry.stop()
+
+
+@pytest.fixture(scope="session")
+def prometheus_binary():
+    """A Prometheus server's binary (Debian's package, provisioned and cached)."""
+    from pipelines.provision.prometheus import provision_prometheus
+    from tests.support.provisioned import provisioned
+
+    return provisioned(provision_prometheus)

@@ -46,6 +46,9 @@ def add_parser(sub) -> None:
     up.add_argument("--port", type=int, default=None, help="REST port, the master address (default: a free one)")
     up.add_argument("--timeout", type=float, default=180.0, metavar="S",
                     help="seconds to wait for every TaskManager to register (default 180)")
+    up.add_argument("--metrics-ports", type=_ports, default=None, metavar="FIRST-LAST",
+                    help="serve Prometheus metrics on this port range: Flink's (its reporter, from the JobManager "
+                         "and each TaskManager) and scinol's (from each Python worker), one endpoint each")
     down = actions.add_parser("down", help="stop the cluster started by `scinol flink up`")
     status = actions.add_parser("status", help="say whether the cluster is up, where, and with how many TaskManagers "
                                           "(exit status 1 when it is down)")
@@ -66,11 +69,21 @@ def add_parser(sub) -> None:
     serve.add_argument("--slots", type=int, required=True)
     serve.add_argument("--port", type=int, default=None)
     serve.add_argument("--timeout", type=float, required=True)
+    serve.add_argument("--metrics-ports", type=_ports, default=None)
     for q in (up, down, status, serve, stop):
         q.add_argument("--state-dir", default=None, metavar="DIR",
                        help="where the cluster's pids and ports are recorded (default: <cache>/flink-session)")
     for q in (up, down, status, serve, stop):
         q.set_defaults(func=run)
+
+
+def _ports(text: str) -> range:
+    from pipelines.telemetry import port_range
+
+    try:
+        return port_range(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run(args) -> int:
@@ -155,6 +168,10 @@ def up(args, folder: Path) -> int:
            "--taskmanagers", str(args.taskmanagers), "--slots", str(args.slots), "--timeout", str(args.timeout)]
     if args.port is not None:
         cmd += ["--port", str(args.port)]
+    if args.metrics_ports is not None:
+        from pipelines.telemetry import port_range_text
+
+        cmd += ["--metrics-ports", port_range_text(args.metrics_ports)]
     with open(folder / LOG, "w") as log:
         # Its own session: the terminal's Ctrl-C and the end of this command do not reach it.
         keeper = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -170,15 +187,19 @@ def up(args, folder: Path) -> int:
           f"(started in {state['started_in']:.0f} s); `scinol flink down` stops it", file=sys.stderr)
     print(f"scinol flink: run on it with `scinol run --runner flink --flink-master {state['master']} "
           f"--worker-pool {state['worker_pool']} --parallelism {len(state['taskmanagers'])} ...`", file=sys.stderr)
+    if state.get("metrics_ports"):
+        print(f"scinol flink: Prometheus metrics at /metrics on ports {state['metrics_ports']} (Flink's from "
+              f"the JobManager and TaskManagers, scinol's from each job's Python workers); answering now: "
+              f"{_metrics_endpoints(state)}", file=sys.stderr)
     return 0
 
 
-def _port_taken(port: int) -> bool:
+def _port_taken(port: int, host: str = "localhost") -> bool:
     import socket
 
     with socket.socket() as s:
         s.settimeout(1.0)
-        return s.connect_ex(("localhost", port)) == 0
+        return s.connect_ex((host, port)) == 0
 
 
 def _last_error(log: Path) -> str:
@@ -220,7 +241,20 @@ def status(args, folder: Path) -> int:
           f"{overview.get('slots-available', '?')} of {overview.get('slots-total', '?')} slots free, "
           f"{overview.get('jobs-running', '?')} jobs running (Flink {overview.get('flink-version', '?')}); "
           f"SDK worker pool at {state.get('worker_pool')}", file=sys.stderr)
+    if state.get("metrics_ports"):
+        print(f"scinol flink: Prometheus metrics on ports {state['metrics_ports']}, answering now: "
+              f"{_metrics_endpoints(state)}", file=sys.stderr)
     return 0
+
+
+def _metrics_endpoints(state: dict) -> str:
+    """The ports of the range that serve now (the JobManager, each
+    TaskManager, each running job's Python workers), as a list."""
+    from pipelines.telemetry import port_range
+
+    host = state["master"].rsplit(":", 1)[0]
+    ports = [port for port in port_range(state["metrics_ports"]) if _port_taken(port, host)]
+    return ", ".join(map(str, ports)) or "none"
 
 
 def stop(args, folder: Path) -> int:
@@ -269,13 +303,14 @@ def serve(args, folder: Path) -> int:
 
     from pipelines.provision.cache import ProvisionError
     from pipelines.runners.flink_cluster import FlinkClusterError, FlinkSessionCluster
+    from pipelines.telemetry import port_range_text
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     conf = {"rest.port": args.port} if args.port else {}
     cluster = FlinkSessionCluster(taskmanagers=args.taskmanagers, slots=args.slots, conf=conf,
-                                  startup_timeout=args.timeout, worker_pool=True)
+                                  startup_timeout=args.timeout, worker_pool=True, metrics_ports=args.metrics_ports)
     try:
         cluster.start()
     except (ProvisionError, FlinkClusterError) as exc:
@@ -285,7 +320,8 @@ def serve(args, folder: Path) -> int:
         state = {"keeper": os.getpid(), "master": cluster.master, "jobmanager": cluster.jobmanager.pid,
                  "taskmanagers": cluster.taskmanager_pids(), "dir": str(cluster.dir),
                  "started_in": cluster.started_in, "worker_pool": cluster.worker_pool,
-                 "worker_pool_pid": cluster.pool.pid}
+                 "worker_pool_pid": cluster.pool.pid,
+                 "metrics_ports": port_range_text(args.metrics_ports) if args.metrics_ports else None}
         (folder / f"{STATE}.new").write_text(json.dumps(state, indent=1) + "\n")
         os.replace(folder / f"{STATE}.new", folder / STATE)  # read_state never sees half a file
         print(f"up at {cluster.master}: {state}", flush=True)

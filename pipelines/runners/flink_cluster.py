@@ -31,6 +31,7 @@ import yaml
 
 from pipelines.provision.processes import dying_with_parent
 from pipelines.runners import flink_rest
+from pipelines.telemetry import port_range_text
 
 HOST = "localhost"
 TASK_OFF_HEAP = "512m"
@@ -71,13 +72,18 @@ class FlinkSessionCluster:
         for ``--environment_type=EXTERNAL``): each TaskManager then gets its
         own Python worker process, so the job's Python runs on more than
         one core; LOOPBACK runs all of it in the submitting process.
+      metrics_ports: a port range for Prometheus: the JobManager and each
+        TaskManager serve Flink's metrics (Flink's Prometheus reporter) and
+        each of the worker pool's Python workers serves scinol's
+        (:mod:`pipelines.telemetry`), each on the first port of the range
+        still free when it starts. None: no metrics endpoint.
     """
 
     def __init__(self, taskmanagers: int = 2, slots: int = 1, *, flink_home: str | Path | None = None,
                  flink_version: str | None = None, checkpoint_dir: str | Path | None = None,
                  taskmanager_memory: str = "3072m", jobmanager_memory: str = "1024m", restart_attempts: int = 10,
                  restart_delay: str = "5 s", conf: dict | None = None, startup_timeout: float = 180.0,
-                 keep_dir: bool = False, worker_pool: bool = False):
+                 keep_dir: bool = False, worker_pool: bool = False, metrics_ports: range | None = None):
         if taskmanagers < 1 or slots < 1:
             raise ValueError(f"a cluster needs at least 1 TaskManager with 1 slot, got {taskmanagers} x {slots}")
         self.taskmanagers_wanted, self.slots = taskmanagers, slots
@@ -96,6 +102,7 @@ class FlinkSessionCluster:
         self._next_tm = 0
         self.started_in: float | None = None  # seconds from start() to all TaskManagers registered
         self.with_worker_pool = worker_pool
+        self.metrics_ports = metrics_ports
         self.pool: subprocess.Popen | None = None
         self.pool_port: int | None = None
 
@@ -263,7 +270,8 @@ class FlinkSessionCluster:
         env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         harness = self.dir / "sdk-harness"
-        harness.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pipelines.runners.harness "$@"\n')
+        metrics = f" --metrics-ports={port_range_text(self.metrics_ports)}" if self.metrics_ports else ""
+        harness.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pipelines.runners.harness "$@"{metrics}\n')
         harness.chmod(0o755)
         self.pool = self._spawn("worker-pool", [sys.executable, "-m", "pipelines.runners.worker_pool",
                                                 f"--service_port={self.pool_port}",
@@ -325,12 +333,20 @@ class FlinkSessionCluster:
             # timeout only covers a live but silent process: 20 s, so a JVM
             # starved of CPU on a busy 2-core machine is not taken for dead.
             "heartbeat.interval": 2000, "heartbeat.timeout": 20000,
+            **self._reporter_conf(),
             **self.extra_conf,
         }
         (self.dir / "conf" / "config.yaml").write_text(yaml.safe_dump(conf, default_flow_style=False))
         for name in ("log4j-console.properties", "logback-console.xml"):
             if (home_conf / name).is_file():
                 shutil.copy(home_conf / name, self.dir / "conf" / name)
+
+    def _reporter_conf(self) -> dict:
+        """Flink's Prometheus reporter (its plugin ships in the distribution's ``plugins/``) on the range."""
+        if not self.metrics_ports:
+            return {}
+        return {"metrics.reporter.prom.factory.class": "org.apache.flink.metrics.prometheus.PrometheusReporterFactory",
+                "metrics.reporter.prom.port": port_range_text(self.metrics_ports)}
 
     def _log_tail(self, name: str, lines: int = 15) -> str:
         try:

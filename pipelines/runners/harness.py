@@ -19,6 +19,10 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
+
+from pipelines import telemetry
+from pipelines.telemetry import port_range
 
 from .compat import adjust_beam
 from .startup import one_blas_thread, skip_numba_probes
@@ -51,18 +55,33 @@ def main(argv=None) -> None:
     as the pool itself would (no state cache, no data buffer time limit),
     with :func:`~pipelines.runners.compat.adjust_beam` applied first, numba's optional
     probes skipped and one OpenBLAS thread (:mod:`pipelines.runners.startup`):
-    every worker loads the compiled kernels."""
+    every worker loads the compiled kernels. With ``--metrics-ports`` it
+    serves its metrics on the first free port of that range."""
     one_blas_thread()
     skip_numba_probes()
     parser = argparse.ArgumentParser(prog="python -m pipelines.runners.harness")
     parser.add_argument("--id", required=True)
     parser.add_argument("--control_endpoint", required=True)
+    parser.add_argument("--metrics-ports", type=port_range, default=None)
     args, _ = parser.parse_known_args(argv)
+    if args.metrics_ports is not None:
+        serve_metrics(args.metrics_ports)
     adjust_beam()
     from apache_beam.runners.worker.sdk_worker import SdkHarness
 
     collect_garbage_rarely()
     SdkHarness(args.control_endpoint, worker_id=args.id, state_cache_size=0, data_buffer_time_limit_ms=-1).run()
+
+
+def serve_metrics(ports: range) -> None:
+    """This worker's own Prometheus endpoint (the steps it runs report there);
+    a range with no free port costs the metrics, not the job."""
+    try:
+        host, port = telemetry.serve_first_free(ports)
+    except telemetry.MetricsPortError as exc:
+        log.warning("worker %d serves no metrics: %s", os.getpid(), exc)
+        return
+    log.info("worker %d serves Prometheus metrics at http://%s:%d/metrics", os.getpid(), host, port)
 
 
 if __name__ == "__main__":

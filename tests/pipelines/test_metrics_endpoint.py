@@ -15,17 +15,9 @@ from confluent_kafka import Producer
 from pipelines import telemetry
 from pipelines.cli.main import main
 from pipelines.records.topics import produce_events
-from tests.support.provisioned import provisioned
-from tests.support.prometheus import PrometheusServer, scrape, total
+from tests.support.prometheus import PrometheusServer, dashboard_queries_answer, scrape, total
 from tests.support.runs import toy_stream
 from tests.support.waiting import wait_for
-
-
-@pytest.fixture(scope="module")
-def prometheus_binary():
-    from pipelines.provision.prometheus import provision_prometheus
-
-    return provisioned(provision_prometheus)
 
 
 def _run(bootstrap: str, topic: str, tmp_path, *extra: str) -> int:
@@ -86,7 +78,7 @@ def test_a_prometheus_server_scrapes_an_unbounded_run_to_its_end(tansu_bootstrap
     events = [{**e, "timestamp": now_ms} for e in events]  # latency from now, not from the toy stream's 2023
     produce_events(tansu_bootstrap, topic_name, events, partitions=2, progress=False)
     host, port = telemetry.serve(0, "127.0.0.1")
-    with PrometheusServer(prometheus_binary, f"127.0.0.1:{port}", tmp_path / "prometheus") as prometheus:
+    with PrometheusServer(prometheus_binary, [f"127.0.0.1:{port}"], tmp_path / "prometheus") as prometheus:
         wait_for(lambda: prometheus.scalar("up{job='scinol'}") == 1.0, 60, "Prometheus scraping the run")
         telemetry.stop()  # the run serves its own endpoint, on the same port
         assert _run(tansu_bootstrap, topic_name, tmp_path, "--stop-after", "200", "--checkpoint-every", "100",
@@ -100,20 +92,18 @@ def test_a_prometheus_server_scrapes_an_unbounded_run_to_its_end(tansu_bootstrap
         assert prometheus.scalar("sum(scinol_prediction_latency_seconds_count)") == 400
         p99 = prometheus.scalar("histogram_quantile(0.99, sum by (le) (scinol_prediction_latency_seconds_bucket))")
         assert p99 is not None and 0 < p99 <= 60, p99  # produced just before the run: seconds, not years
-        _dashboard_queries_answer(prometheus)
+        dashboard_queries_answer(prometheus)
 
 
-def _dashboard_queries_answer(prometheus) -> None:
-    """Every query of the Grafana dashboard in deploy/ is valid PromQL over
-    the run's metrics, and all but the dead-letter panel (none in this run) show data."""
-    dashboard = json.loads((Path(__file__).parents[2] / "deploy" / "monitoring" / "grafana-dashboard.json")
-                           .read_text())
-    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
-    no_data = ["sum by (reason) (rate(scinol_dead_letters_total[5m]))"]
-    empty = lambda: [q for q in queries if not prometheus.query(q)]  # noqa: E731
-    wait_for(lambda: empty() == no_data, 30, "every panel but the dead letters' to show data (a rate needs two "
-                                             "scrapes)")
-
+def test_the_shipped_scrape_configuration_loads_with_a_target_for_every_port(prometheus_binary, tmp_path):
+    config = Path(__file__).parents[2] / "deploy" / "monitoring" / "prometheus.yml"
+    with PrometheusServer(prometheus_binary, [], tmp_path / "prometheus", config=config) as prometheus:
+        targets = lambda: [t["labels"] for t in prometheus.api("targets")["activeTargets"]]  # noqa: E731
+        wait_for(lambda: len(targets()) == 21, 30, "the configuration's 21 targets", lambda: str(targets()))
+        targets = targets()
+    assert sorted(t["instance"] for t in targets if t["job"] == "scinol-run") == ["localhost:9464"]
+    assert sorted(t["instance"] for t in targets if t["job"] == "flink-session") == [
+        f"localhost:{port}" for port in range(9250, 9270)]  # the README's --metrics-ports 9250-9269
 
 
 def test_a_metrics_port_in_use_is_a_one_line_usage_error(metrics_off, capsys):
@@ -133,3 +123,44 @@ def test_a_metrics_port_that_is_not_a_port_is_refused(port, capsys):
     assert main(["run", "--bootstrap", "127.0.0.1:1", "--topic", "t", "--predictions-topic", "p",
                  "--metrics-port", port]) == 2
     assert "is not a port number" in capsys.readouterr().err
+
+
+def test_a_port_range_reads_as_flinks_reporter_reads_it():
+    assert telemetry.port_range("9250-9259") == range(9250, 9260)
+    assert telemetry.port_range("9464") == range(9464, 9465)
+    assert telemetry.port_range_text(range(9250, 9260)) == "9250-9259"
+    for bad in ("9259-9250", "0-3", "65535-65536", "a-b", ""):
+        with pytest.raises(ValueError, match="is not a port range"):
+            telemetry.port_range(bad)
+
+
+def test_a_worker_serves_on_the_first_free_port_of_its_range(metrics_off):
+    taken, port = _listening_before_a_free_port()
+    with taken:
+        _, served = telemetry.serve_first_free(range(port, port + 2), "127.0.0.1")
+        assert served == port + 1
+        telemetry.stop()
+        with pytest.raises(telemetry.MetricsPortError, match=f"no free port for the metrics endpoint in {port}-{port}"):
+            telemetry.serve_first_free(range(port, port + 1), "127.0.0.1")
+
+
+def _listening_before_a_free_port() -> tuple[socket.socket, int]:
+    """A listening socket on a port whose next port is free."""
+    while True:
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+                return taken, port
+            except OSError:
+                taken.close()
+
+
+@pytest.mark.parametrize("ports", ["x-9", "9300-9250", "1-70000"])
+def test_flink_up_with_a_bad_port_range_is_one_line_and_status_2(ports, tmp_path, capsys):
+    code = main(["flink", "up", "--metrics-ports", ports, "--state-dir", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "is not a port range" in err[-1] and "Traceback" not in "\n".join(err), err

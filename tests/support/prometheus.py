@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pipelines import telemetry
 from pipelines.kafka.broker import free_port
+from tests.support.waiting import wait_for
 
 
 def scrape() -> dict:
@@ -32,20 +33,22 @@ def total(samples: dict, name: str, **labels) -> float:
 
 
 class PrometheusServer:
-    """``prometheus`` scraping ``target`` (``host:port``) every second; a context manager."""
+    """``prometheus`` scraping ``targets`` (``host:port`` each) every second; a context manager."""
 
-    def __init__(self, binary: Path, target: str, folder: Path):
-        self.binary, self.target, self.folder = binary, target, folder
+    def __init__(self, binary: Path, targets: list[str], folder: Path, config: Path | None = None):
+        """``config``: a configuration file of one's own instead (``targets`` unused)."""
+        self.binary, self.targets, self.folder, self.config = binary, list(targets), folder, config
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> "PrometheusServer":
         self.folder.mkdir(parents=True, exist_ok=True)
-        config = self.folder / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                          "scrape_configs:\n  - job_name: scinol\n"
-                          f"    static_configs:\n      - targets: ['{self.target}']\n")
+        config = self.config or self.folder / "prometheus.yml"
+        if self.config is None:
+            config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                              "scrape_configs:\n  - job_name: scinol\n"
+                              f"    static_configs:\n      - targets: {json.dumps(self.targets)}\n")
         self.log = open(self.folder / "prometheus.log", "wb")
         self.process = subprocess.Popen(
             [str(self.binary), f"--config.file={config}", f"--storage.tsdb.path={self.folder / 'data'}",
@@ -74,6 +77,13 @@ class PrometheusServer:
         assert answer["status"] == "success", answer
         return answer["data"]["result"]
 
+    def api(self, path: str) -> dict:
+        """The ``data`` of ``/api/v1/<path>``."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/{path}", timeout=10) as response:
+            answer = json.load(response)
+        assert answer["status"] == "success", answer
+        return answer["data"]
+
     def scalar(self, promql: str) -> float | None:
         """The value of a one-element ``promql``; None while it has none."""
         result = self.query(promql)
@@ -89,3 +99,16 @@ class PrometheusServer:
                 self.process.wait()
             self.process = None
         self.log.close()
+
+
+def dashboard_queries_answer(prometheus: PrometheusServer) -> None:
+    """Every query of the Grafana dashboard in deploy/ is valid PromQL over
+    the run's metrics, and all but the dead-letter panel (none in the runs
+    tested) show data."""
+    dashboard = json.loads((Path(__file__).parents[2] / "deploy" / "monitoring" / "grafana-dashboard.json")
+                           .read_text())
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    no_data = ["sum by (reason) (rate(scinol_dead_letters_total[5m]))"]
+    empty = lambda: [q for q in queries if not prometheus.query(q)]  # noqa: E731
+    wait_for(lambda: empty() == no_data, 30, "every panel but the dead letters' to show data (a rate needs two "
+                                             "scrapes)", lambda: f"without data: {empty()}")
