@@ -29,6 +29,7 @@ from pathlib import Path
 from .errors import UsageError
 
 STATE = "state.json"
+CHECKPOINTS = "checkpoints"
 LOG = "keeper.log"
 
 
@@ -240,7 +241,8 @@ def status(args, folder: Path) -> int:
     print(f"scinol flink: up at {state['master']}: {overview.get('taskmanagers', '?')} TaskManagers, "
           f"{overview.get('slots-available', '?')} of {overview.get('slots-total', '?')} slots free, "
           f"{overview.get('jobs-running', '?')} jobs running (Flink {overview.get('flink-version', '?')}); "
-          f"SDK worker pool at {state.get('worker_pool')}", file=sys.stderr)
+          f"SDK worker pool at {state.get('worker_pool')}; retained checkpoints in {state.get('checkpoints')}",
+          file=sys.stderr)
     if state.get("metrics_ports"):
         print(f"scinol flink: Prometheus metrics on ports {state['metrics_ports']}, answering now: "
               f"{_metrics_endpoints(state)}", file=sys.stderr)
@@ -309,8 +311,10 @@ def serve(args, folder: Path) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     conf = {"rest.port": args.port} if args.port else {}
+    # beside the state file, not in the cluster's folder: a cluster up again after a loss finds them
     cluster = FlinkSessionCluster(taskmanagers=args.taskmanagers, slots=args.slots, conf=conf,
-                                  startup_timeout=args.timeout, worker_pool=True, metrics_ports=args.metrics_ports)
+                                  startup_timeout=args.timeout, worker_pool=True, metrics_ports=args.metrics_ports,
+                                  checkpoint_dir=folder / CHECKPOINTS)
     try:
         cluster.start()
     except (ProvisionError, FlinkClusterError) as exc:
@@ -321,7 +325,8 @@ def serve(args, folder: Path) -> int:
                  "taskmanagers": cluster.taskmanager_pids(), "dir": str(cluster.dir),
                  "started_in": cluster.started_in, "worker_pool": cluster.worker_pool,
                  "worker_pool_pid": cluster.pool.pid,
-                 "metrics_ports": port_range_text(args.metrics_ports) if args.metrics_ports else None}
+                 "metrics_ports": port_range_text(args.metrics_ports) if args.metrics_ports else None,
+                 "checkpoints": str((folder / CHECKPOINTS).resolve())}
         (folder / f"{STATE}.new").write_text(json.dumps(state, indent=1) + "\n")
         os.replace(folder / f"{STATE}.new", folder / STATE)  # read_state never sees half a file
         print(f"up at {cluster.master}: {state}", flush=True)

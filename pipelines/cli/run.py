@@ -65,7 +65,7 @@ def runner_beam_args(args, provision: bool = True) -> list[str]:
     state_dir = os.path.join(args.checkpoint_dir, "flink-state") if local else None  # an embedded Flink's
     opts = RunnerOptions(args.runner, args.flink_master, args.parallelism, args.checkpointing_interval, args.bounded,
                          args.worker_pool, state_dir, args.execution_mode, args.shards is not None,
-                         args.from_savepoint)
+                         args.from_savepoint, args.from_checkpoint)
     parts = {} if provision else {"job_server_jar": "(not provisioned)", "prism_binary": "(not provisioned)"}
     try:
         return beam_args(opts, list(args.beam_args), **parts)
@@ -405,5 +405,9 @@ def add_parser(sub) -> None:
     r.add_argument("--from-savepoint", default=None, metavar="PATH",
                    help="Flink: start from a savepoint (`scinol flink stop` prints its path): each model's state and "
                         "each partition's position carry on from it, also at another --parallelism")
+    r.add_argument("--from-checkpoint", default=None, metavar="DIR",
+                   help="Flink: start from the newest checkpoint retained in DIR (the cluster's "
+                        "state.checkpoints.dir, a job's folder in it, or one chk-N), as after the loss of a "
+                        "JobManager without high availability")
     p.add_argument("beam_args", nargs="*", metavar="-- BEAM_ARGS", help="passed to Beam's PipelineOptions")
     p.set_defaults(func=run)

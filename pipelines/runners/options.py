@@ -83,6 +83,8 @@ class RunnerOptions(NamedTuple):
     sharded: bool = False
     savepoint: str | None = None
     """A Flink savepoint (path or URL) to start from."""
+    checkpoints: str | None = None
+    """A folder of Flink's retained checkpoints: start from the newest complete one."""
 
 
 def check(opts: RunnerOptions) -> None:
@@ -92,7 +94,8 @@ def check(opts: RunnerOptions) -> None:
     flink_only = [name for name, value in (("--flink-master", opts.flink_master), ("--parallelism", opts.parallelism),
                                            ("--checkpointing-interval", opts.checkpointing_interval),
                                            ("--worker-pool", opts.worker_pool),
-                                           ("--from-savepoint", opts.savepoint))
+                                           ("--from-savepoint", opts.savepoint),
+                                           ("--from-checkpoint", opts.checkpoints))
                   if value is not None]
     if flink_only and opts.runner != "flink":
         raise ValueError(f"{flink_only[0]} applies to --runner flink only (the runner is {opts.runner})")
@@ -116,8 +119,26 @@ def check(opts: RunnerOptions) -> None:
     for name, value in (("--parallelism", opts.parallelism), ("--checkpointing-interval", opts.checkpointing_interval)):
         if value is not None and value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
+    if opts.savepoint is not None and opts.checkpoints is not None:
+        raise ValueError("--from-savepoint and --from-checkpoint: start from one of them")
     if opts.savepoint is not None:
         check_savepoint(opts.savepoint)
+    if opts.checkpoints is not None:
+        newest_checkpoint(opts.checkpoints)
+
+
+def newest_checkpoint(folder: str) -> str:
+    """The newest complete checkpoint (a ``chk-N`` folder holding Flink's
+    ``_metadata``, written last) in ``folder``: a checkpoint itself, a job's
+    folder of them, or the cluster's ``state.checkpoints.dir`` holding a
+    folder a job; ValueError when there is none."""
+    root = Path(folder.removeprefix("file://").removeprefix("file:"))
+    found = [root / "_metadata", *root.glob("chk-*/_metadata"), *root.glob("*/chk-*/_metadata")]
+    complete = [metadata for metadata in found if metadata.is_file()]
+    if not complete:
+        raise ValueError(f"--from-checkpoint {folder}: no complete Flink checkpoint there (no chk-N folder with a "
+                         f"_metadata file)")
+    return str(max(complete, key=lambda metadata: metadata.stat().st_mtime_ns).parent)
 
 
 def check_savepoint(where: str) -> None:
@@ -159,15 +180,17 @@ def flink_args(opts: RunnerOptions, job_server_jar=None) -> list[str]:
     if opts.execution_mode != "batch":
         args.append("--streaming")
     if not opts.bounded:
-        args += [f"--checkpointing_interval={interval}", "--finish_bundle_before_checkpointing"]
+        # retained when the job is cancelled or lost, so a run can go on from one (--from-checkpoint)
+        args += [f"--checkpointing_interval={interval}", "--finish_bundle_before_checkpointing",
+                 "--externalized_checkpoints_enabled", "--retain_externalized_checkpoints_on_cancellation"]
         if (opts.flink_master or LOCAL) == LOCAL:
             state = Path(opts.state_dir or DEFAULT_STATE_DIR).resolve()
             args += ["--state_backend=filesystem", f"--state_backend_storage_path={state.as_uri()}"]
     args += [f"--number_of_execution_retries={RESTART_ATTEMPTS}", f"--execution_retry_delay={RESTART_DELAY_MS}"]
     if opts.parallelism is not None:
         args.append(f"--parallelism={opts.parallelism}")
-    if opts.savepoint is not None:
-        args.append(f"--savepoint_path={opts.savepoint}")
+    if opts.savepoint is not None or opts.checkpoints is not None:
+        args.append(f"--savepoint_path={opts.savepoint or newest_checkpoint(opts.checkpoints)}")
     return args
 
 
@@ -215,7 +238,11 @@ class FlinkLatencyOptions(PipelineOptions):
         parser.add_argument("--flink_conf_dir", default=None,
                             help="Flink: a directory whose flink-conf.yaml the job server reads")
         parser.add_argument("--savepoint_path", default=None,
-                            help="Flink: the savepoint the job starts from")
+                            help="Flink: the savepoint (or retained checkpoint) the job starts from")
+        parser.add_argument("--externalized_checkpoints_enabled", action="store_true", default=None,
+                            help="Flink: write each checkpoint's metadata where a later job can start from it")
+        parser.add_argument("--retain_externalized_checkpoints_on_cancellation", action="store_true",
+                            default=None, help="Flink: keep the last checkpoint when the job is cancelled")
 
 
 def low_latency_flink_args(given: list[str]) -> list[str]:

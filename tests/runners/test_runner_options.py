@@ -38,6 +38,7 @@ def test_unbounded_flink_streams_with_checkpoints_and_a_restart_strategy(cache):
                     f"--flink_job_server_jar={JAR}", f"--job_server_java_launcher={launcher}",
                     "--environment_type=LOOPBACK", "--streaming",
                     "--checkpointing_interval=2000", "--finish_bundle_before_checkpointing",
+                    "--externalized_checkpoints_enabled", "--retain_externalized_checkpoints_on_cancellation",
                     "--number_of_execution_retries=30", "--execution_retry_delay=3000", "--parallelism=2"]
     options = PipelineOptions(args)
     assert options.view_as(StandardOptions).runner == "FlinkRunner" and options.view_as(StandardOptions).streaming
@@ -264,3 +265,30 @@ def test_the_kafka_read_call_is_given_a_second_by_default_or_the_length_asked_fo
     assert ReadFromKafkaRanges("b:1", ranges).read._checkpoint_seconds == CALL_SECONDS == 1.0
     assert ReadFromKafkaRanges("b:1", ranges, checkpoint_seconds=None).read._checkpoint_seconds == 1.0
     assert ReadFromKafkaRanges("b:1", ranges, checkpoint_seconds=0.02).read._checkpoint_seconds == 0.02
+
+
+def test_from_checkpoint_starts_from_the_newest_complete_checkpoint(tmp_path, cache):
+    import os
+    import time
+
+    from pipelines.runners.options import newest_checkpoint
+
+    with pytest.raises(ValueError, match="no complete Flink checkpoint there"):
+        newest_checkpoint(str(tmp_path))
+    for job, chk, age in (("a1", 3, 30), ("a1", 4, 20), ("b2", 9, 10), ("b2", 10, 0)):
+        folder = tmp_path / job / f"chk-{chk}"
+        folder.mkdir(parents=True)
+        if chk != 10:  # chk-10 is being written: no _metadata yet
+            (folder / "_metadata").write_bytes(b"m")
+            stamp = time.time() - age
+            os.utime(folder / "_metadata", (stamp, stamp))
+    assert newest_checkpoint(str(tmp_path)) == str(tmp_path / "b2" / "chk-9")  # the cluster's folder
+    assert newest_checkpoint(str(tmp_path / "a1")) == str(tmp_path / "a1" / "chk-4")  # a job's
+    assert newest_checkpoint(str(tmp_path / "a1" / "chk-3")) == str(tmp_path / "a1" / "chk-3")  # one
+    assert newest_checkpoint(tmp_path.as_uri()) == str(tmp_path / "b2" / "chk-9")
+    assert f"--savepoint_path={tmp_path / 'b2' / 'chk-9'}" in flink(flink_master="localhost:8081",
+                                                                     checkpoints=str(tmp_path))
+    with pytest.raises(ValueError, match="--from-savepoint and --from-checkpoint: start from one of them"):
+        check(RunnerOptions("flink", checkpoints=str(tmp_path), savepoint=str(tmp_path / "a1" / "chk-3")))
+    with pytest.raises(ValueError, match="--from-checkpoint applies to --runner flink only"):
+        check(RunnerOptions("direct", checkpoints=str(tmp_path)))

@@ -1,0 +1,94 @@
+"""The loss of a JobManager without high availability: ``kill -9`` of a
+session cluster's JobManager under an exactly-once run takes the job with
+it; a new cluster over the same checkpoint folder and ``scinol run
+--from-checkpoint`` carry the run on from its last retained checkpoint:
+every prediction written once (read_committed) and each model (one a
+partition) the single-process learner's to the bit. Real parts: Apache Kafka, two session clusters, ``scinol run`` as a
+process."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from pipelines.records.topics import produce_events
+from pipelines.runners.flink_cluster import FlinkSessionCluster
+from pipelines.state.checkpoints import CheckpointStore
+from tests.support.flink import new_running_job, predictions_of
+from tests.support.partitioned import PARTITIONS, check_model_per_partition
+from tests.support.processes import reaped
+from tests.support.runs import toy_stream
+from tests.support.waiting import wait_for
+
+pytestmark = [pytest.mark.flink, pytest.mark.kafka, pytest.mark.slow]
+
+
+def _scinol_run(bootstrap, topic, tmp_path, master, name, *extra) -> subprocess.Popen:
+    err = open(tmp_path / f"{name}.log", "w")
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", bootstrap, "--topic", topic,
+         "--predictions-topic", topic + ".pred", "--checkpoint-dir", str(tmp_path / "ckpt"), "--runner", "flink",
+         "--flink-master", master, "--exactly-once", "--checkpointing-interval", "2000", "--parallelism", "2",
+         "--checkpoint-every", "500", "--models", "p0,p1,p2,p3", *extra], stderr=err, stdin=subprocess.DEVNULL)
+
+
+def _log(path):
+    return lambda: open(path).read()[-3000:]
+
+
+def _produce_slowly(bootstrap, topic, events, chunk=40, pause=0.4) -> threading.Thread:
+    """``events`` produced ``chunk`` at a time (a multiple of the partitions: event i stays on partition i % 4)."""
+    def produce():
+        for start in range(0, len(events), chunk):
+            produce_events(bootstrap, topic, events[start:start + chunk], partitions=PARTITIONS, progress=False)
+            time.sleep(pause)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_killed_jobmanager_costs_no_prediction_and_writes_none_twice_from_the_retained_checkpoint(
+        apache_kafka, flink_home, topic_name, tmp_path):
+    bootstrap, n = apache_kafka.bootstrap, 2000
+    X, y, events = toy_stream(n)
+    events = [{**e, "model": f"p{i % PARTITIONS}"} for i, e in enumerate(events)]  # event i: partition i % 4
+    produce_events(bootstrap, topic_name, events[:40], partitions=PARTITIONS, progress=False)
+    checkpoints = tmp_path / "flink-checkpoints"
+    with FlinkSessionCluster(taskmanagers=2, flink_home=flink_home, checkpoint_dir=checkpoints) as lost:
+        with reaped(_scinol_run(bootstrap, topic_name, tmp_path, lost.master, "before")) as first:
+            job = new_running_job(lost, set(), 240)
+            producer = _produce_slowly(bootstrap, topic_name, events[40:])  # 20 s of events, mid-stream below
+            wait_for(lambda: lost.completed_checkpoints(job) >= 2, 240, "two Flink checkpoints",
+                     _log(tmp_path / "before.log"))
+            lost.jobmanager.kill()  # SIGKILL: no HA, the job goes with it
+            lost.jobmanager.wait()
+            first.terminate()
+            first.wait(120)
+    written_before = len(predictions_of(bootstrap, topic_name + ".pred"))
+    retained = sorted(p.parent.name for p in checkpoints.glob(f"{job}/chk-*/_metadata"))
+    assert retained, f"no checkpoint of job {job} left in {checkpoints}"
+    producer.join(120)
+    assert not producer.is_alive()
+
+    per_model = n // PARTITIONS
+    with FlinkSessionCluster(taskmanagers=2, flink_home=flink_home, checkpoint_dir=checkpoints) as cluster:
+        with reaped(_scinol_run(bootstrap, topic_name, tmp_path, cluster.master, "after",
+                                "--from-checkpoint", str(checkpoints))):
+            store = CheckpointStore(str(tmp_path / "ckpt"))
+            wait_for(lambda: all((c := store.latest(f"p{p}")) is not None and c.event_count == per_model
+                                 for p in range(PARTITIONS)), 300, f"each model's checkpoint at its event "
+                     f"{per_model}", _log(tmp_path / "after.log"))
+            cluster.cancel_live_jobs()
+    log = open(tmp_path / "after.log").read()
+    restored = [int(k) for k in re.findall(r"model 'p\d' restored from the runner's state \((\d+) events", log)]
+    assert len(restored) == PARTITIONS, log[-3000:]  # the checkpoint's models, not a replay from offset 0
+    assert 0 < min(restored) and max(restored) < per_model and 0 < written_before < n  # lost mid-stream
+    ids = [p["event_id"] for p in predictions_of(bootstrap, topic_name + ".pred")]  # read_committed
+    assert sorted(ids) == sorted(e["id"] for e in events)  # each once
+    check_model_per_partition(bootstrap, topic_name, tmp_path, X, y, events)
