@@ -158,8 +158,12 @@ def run(cfg: RunConfig, say=log.warning):
         result.wait_until_finish()
     except KeyboardInterrupt:
         if isinstance(result, SessionJob):
-            for job_id in result.cancel_on_cluster():
-                say(f"cancelled Flink job {job_id} ({result.job_name}) on {result.master}")
+            try:
+                for job_id in result.cancel_on_cluster():
+                    say(f"cancelled Flink job {job_id} ({result.job_name}) on {result.master}")
+            except OSError as exc:  # e.g. its JobManager is gone, and the job with it
+                say(f"could not cancel Flink job {result.job_name}: the cluster at {result.master} did not "
+                    f"answer ({getattr(exc, 'reason', None) or exc})")
         raise
     return result
 

@@ -9,6 +9,8 @@ EXIT_ORDER = 4
 """Exit status of a run that could not apply a partition in offset order: more
 waiting than ``--max-waiting``, offsets deleted before they were read, or
 messages still waiting for offsets that never came when a bounded run ended."""
+EXIT_ENDED_ELSEWHERE = 5
+"""Exit status of a run whose Flink job was cancelled on the cluster, not by the run."""
 
 
 class UsageError(Exception):

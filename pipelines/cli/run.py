@@ -11,7 +11,7 @@ import sys
 
 from pipelines.kafka.spans import DEFAULT_MAX_WAITING
 
-from .errors import EXIT_DEAD_LETTERS, EXIT_ORDER, UsageError
+from .errors import EXIT_DEAD_LETTERS, EXIT_ENDED_ELSEWHERE, EXIT_ORDER, UsageError
 from .options import (add_interaction_options, add_kafka_options, add_learner_options, add_topic_options,
                       interactions_of, kafka_settings, parse_params, registry_settings, topic_settings)
 
@@ -160,6 +160,20 @@ _NO_FIT = re.compile(r"Failed to rollback to checkpoint/savepoint (\S+?)\.? Cann
                      r"for operator (\w+)")
 
 
+_ENDED = re.compile(r"Pipeline (\S+) failed in state (\w+)")
+"""Beam's portable runner's error for a job that did not end done."""
+_CANCELLATION = re.compile(r"JobCancellationException: Job was cancelled")
+"""How Flink's job server reports a job cancelled on the cluster (as a failure)."""
+
+
+def _cancelled_elsewhere(exc) -> str | None:
+    """Beam's job id when ``exc`` says the job was cancelled, which this run did not ask for."""
+    ended = _ENDED.search(str(exc))
+    if ended is None or not (ended.group(2) == "CANCELLED" or _CANCELLATION.search(str(exc))):
+        return None
+    return ended.group(1)
+
+
 def _savepoint_refusal(text: str) -> str | None:
     """One line for Flink's refusal of a savepoint whose state does not fit
     the job (``text``: the job's failure as Beam reports it), else None."""
@@ -173,7 +187,9 @@ def _savepoint_refusal(text: str) -> str | None:
 
 
 def _not_a_refusal(record: logging.LogRecord) -> bool:
-    return _NO_FIT.search(record.getMessage()) is None
+    """Neither a savepoint's refusal nor a cancellation: each ends the run in one line of its own."""
+    message = record.getMessage()
+    return _NO_FIT.search(message) is None and _CANCELLATION.search(message) is None
 
 
 def _not_a_stop(record: logging.LogRecord) -> bool:
@@ -249,6 +265,31 @@ class _MainThreadOnly:
         return getattr(self.stream, name)
 
 
+class _WithoutHangUps:
+    """A stream that drops what another thread writes about the runner
+    hanging up (the SDK harness prints a failed bundle's traceback itself):
+    while a job runs, as its end can come from the cluster."""
+
+    def __init__(self, stream):
+        self.stream, self.dropped = stream, None
+
+    def write(self, text: str) -> int:
+        import threading
+
+        thread = threading.current_thread()
+        if thread is not threading.main_thread():
+            if _HUNG_UP in text:
+                self.dropped = thread
+                return len(text)
+            if self.dropped is thread and text == "\n":  # print()'s own end of line
+                return len(text)
+        self.dropped = None
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 def _stop_on_signals() -> dict:
     """SIGTERM ends the run like Ctrl-C: the exception unwinds and the atexit
     handlers run, among them Beam's, which stops the Flink job-server JVM
@@ -274,18 +315,28 @@ def launch(cfg) -> int:
     beam_log = logging.getLogger("apache_beam.runners.common")
     beam_log.addFilter(_not_a_stop)
     logging.getLogger().addFilter(_not_a_refusal)  # Beam's portable runner logs the job's failure at the root
+    stderr = sys.stderr
+    sys.stderr = _WithoutHangUps(stderr)
     try:
         result = run_pipeline(cfg, say=lambda line: print(f"scinol run: {line}", file=sys.stderr))
     except Exception as exc:  # noqa: BLE001 - Beam re-raises a step's error wrapped in its own
         refused = _savepoint_refusal(str(exc))
         if refused is not None:
             raise UsageError(f"run: {refused}") from None
+        cancelled = _cancelled_elsewhere(exc)
+        if cancelled is not None:
+            print(f"scinol: error: run: the Flink job was cancelled on the cluster, not by this run (Beam job "
+                  f"{cancelled}); `scinol run ... --from-checkpoint` carries it on from its last checkpoint",
+                  file=sys.stderr)
+            return EXIT_ENDED_ELSEWHERE
         stop = _stop_of(exc)
         if stop is None:
             raise
         print(f"scinol: error: run: {stop[1]}", file=sys.stderr)
         return STOPS[stop[0]]
     finally:
+        if isinstance(sys.stderr, _WithoutHangUps):  # not replaced meanwhile (by _interrupt)
+            sys.stderr = stderr
         beam_log.removeFilter(_not_a_stop)
         logging.getLogger().removeFilter(_not_a_refusal)
         for sig, handler in previous.items():

@@ -22,6 +22,7 @@ from pipelines.state.checkpoints import CheckpointStore
 from pipelines.state.cuts import CutStore
 from tests.support.flink import flink_args, new_running_job, predictions_of
 from tests.support.waiting import wait_for
+from tests.support.processes import reaped
 from tests.support.runs import config, toy_stream
 from tests.support.sharded_loop import in_one_process
 from tests.support.trialkit import read_topic
@@ -257,6 +258,32 @@ def test_sigterm_to_scinol_run_cancels_its_job_on_the_session_cluster(
     assert f"scinol run: cancelled Flink job {job}" in err and "Traceback" not in err, err[-3000:]
     assert cluster.rest(f"/jobs/{job}")["state"] == "CANCELED"
     assert not [j for j in cluster.jobs() if j["state"] not in ("CANCELED", "FINISHED", "FAILED")]
+
+
+def test_a_job_cancelled_on_the_cluster_ends_scinol_run_in_one_line(apache_kafka, topic_name, tmp_path,
+                                                                    flink_cluster):
+    """Someone cancels the job on the cluster (Flink's UI, REST, CLI):
+    ``scinol run`` ends with one line naming what happened, exit status 5."""
+    bootstrap, cluster = apache_kafka.bootstrap, flink_cluster
+    _, _, events = toy_stream(20)
+    produce_events(bootstrap, topic_name, events, partitions=1, progress=False)
+    before = {j["jid"] for j in cluster.jobs()}
+    with open(tmp_path / "stderr", "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", bootstrap, "--topic", topic_name,
+             "--predictions-topic", topic_name + ".pred", "--checkpoint-dir", str(tmp_path / "ckpt"),
+             "--runner", "flink", "--flink-master", cluster.master],
+            stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+    with reaped(proc):
+        job = new_running_job(cluster, before)
+        wait_for(lambda: len(predictions_of(bootstrap, topic_name + ".pred")) >= len(events), 300,
+                 "the predictions", lambda: _job_story(cluster, job))
+        cluster.cancel_job(job)
+        assert proc.wait(120) == 5
+    err = (tmp_path / "stderr").read_text()
+    errors = [line for line in err.splitlines() if line.startswith("scinol: error")]
+    assert errors == [line for line in errors if "was cancelled on the cluster, not by this run" in line], errors
+    assert len(errors) == 1 and "Traceback" not in err, err[-3000:]
 
 
 def _job_story(cluster, job: str) -> str:
