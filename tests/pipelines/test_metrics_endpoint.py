@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -104,6 +105,42 @@ def test_the_shipped_scrape_configuration_loads_with_a_target_for_every_port(pro
     assert sorted(t["instance"] for t in targets if t["job"] == "scinol-run") == ["localhost:9464"]
     assert sorted(t["instance"] for t in targets if t["job"] == "flink-session") == [
         f"localhost:{port}" for port in range(9250, 9270)]  # the README's --metrics-ports 9250-9269
+
+
+def test_the_shipped_alerts_are_valid_and_catch_what_they_name(prometheus_binary, tmp_path, metrics_off):
+    """The rules of deploy/monitoring/alerts.yml, evaluated by a real
+    Prometheus over a live endpoint: all healthy, and a stale checkpoint,
+    a dead-letter share of a half and events with no prediction make their
+    alerts pending (each waits its ``for:`` before firing); a fresh model's
+    checkpoint does not."""
+    rules = Path(__file__).parents[2] / "deploy" / "monitoring" / "alerts.yml"
+    _, port = telemetry.serve(0, "127.0.0.1")
+    telemetry.checkpoint_written("fresh", 10)
+    telemetry.gauge("last_checkpoint", time.time() - 7200, model="stale")
+    stop = threading.Event()
+
+    def stream():  # half the messages read are dead letters, and nothing is predicted
+        while not stop.wait(0.25):
+            telemetry.count("messages_read", 100, topic="t", partition="0")
+            telemetry.count("events", 50)
+            telemetry.count("dead_letters", 50, reason="bad-avro")
+
+    feeder = threading.Thread(target=stream, daemon=True)
+    feeder.start()
+    try:
+        with PrometheusServer(prometheus_binary, [f"127.0.0.1:{port}"], tmp_path / "prometheus",
+                              rules=rules) as prometheus:
+            loaded = lambda: prometheus.api("rules")["groups"][0]["rules"]  # noqa: E731
+            wait_for(lambda: all(r["health"] == "ok" for r in loaded()), 30, "every rule evaluated",
+                     lambda: str([(r["name"], r["health"], r.get("lastError")) for r in loaded()]))
+            assert len(loaded()) == 7
+            pending = lambda: {(a["labels"]["alertname"], a["labels"].get("model")) for a in  # noqa: E731
+                               prometheus.api("alerts")["alerts"]}
+            want = {("ScinolCheckpointStale", "stale"), ("ScinolDeadLetters", None), ("ScinolNoPredictions", None)}
+            wait_for(lambda: pending() == want, 60, "the three alerts pending", lambda: str(pending()))
+    finally:
+        stop.set()
+        feeder.join()
 
 
 def test_a_metrics_port_in_use_is_a_one_line_usage_error(metrics_off, capsys):

@@ -35,9 +35,11 @@ def total(samples: dict, name: str, **labels) -> float:
 class PrometheusServer:
     """``prometheus`` scraping ``targets`` (``host:port`` each) every second; a context manager."""
 
-    def __init__(self, binary: Path, targets: list[str], folder: Path, config: Path | None = None):
-        """``config``: a configuration file of one's own instead (``targets`` unused)."""
+    def __init__(self, binary: Path, targets: list[str], folder: Path, config: Path | None = None,
+                 rules: Path | None = None):
+        """``config``: a configuration file of one's own instead (``targets`` unused); ``rules``: a rule file."""
         self.binary, self.targets, self.folder, self.config = binary, list(targets), folder, config
+        self.rules = rules
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
@@ -46,7 +48,8 @@ class PrometheusServer:
         self.folder.mkdir(parents=True, exist_ok=True)
         config = self.config or self.folder / "prometheus.yml"
         if self.config is None:
-            config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            rules = f"rule_files: [{json.dumps(str(self.rules))}]\n" if self.rules else ""
+            config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n" + rules +
                               "scrape_configs:\n  - job_name: scinol\n"
                               f"    static_configs:\n      - targets: {json.dumps(self.targets)}\n")
         self.log = open(self.folder / "prometheus.log", "wb")
