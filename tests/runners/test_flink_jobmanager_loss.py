@@ -9,8 +9,6 @@ process."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import threading
 import time
 
@@ -19,7 +17,7 @@ import pytest
 from pipelines.records.topics import produce_events
 from pipelines.runners.flink_cluster import FlinkSessionCluster
 from pipelines.state.checkpoints import CheckpointStore
-from tests.support.flink import new_running_job, predictions_of
+from tests.support.flink import exactly_once_run, new_running_job, predictions_of
 from tests.support.partitioned import PARTITIONS, check_model_per_partition
 from tests.support.processes import reaped
 from tests.support.runs import toy_stream
@@ -28,13 +26,7 @@ from tests.support.waiting import wait_for
 pytestmark = [pytest.mark.flink, pytest.mark.kafka, pytest.mark.slow]
 
 
-def _scinol_run(bootstrap, topic, tmp_path, master, name, *extra) -> subprocess.Popen:
-    err = open(tmp_path / f"{name}.log", "w")
-    return subprocess.Popen(
-        [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", bootstrap, "--topic", topic,
-         "--predictions-topic", topic + ".pred", "--checkpoint-dir", str(tmp_path / "ckpt"), "--runner", "flink",
-         "--flink-master", master, "--exactly-once", "--checkpointing-interval", "2000", "--parallelism", "2",
-         "--checkpoint-every", "500", "--models", "p0,p1,p2,p3", *extra], stderr=err, stdin=subprocess.DEVNULL)
+PLACED = ("--parallelism", "2", "--checkpoint-every", "500", "--models", "p0,p1,p2,p3")
 
 
 def _log(path):
@@ -61,7 +53,7 @@ def test_a_killed_jobmanager_costs_no_prediction_and_writes_none_twice_from_the_
     produce_events(bootstrap, topic_name, events[:40], partitions=PARTITIONS, progress=False)
     checkpoints = tmp_path / "flink-checkpoints"
     with FlinkSessionCluster(taskmanagers=2, flink_home=flink_home, checkpoint_dir=checkpoints) as lost:
-        with reaped(_scinol_run(bootstrap, topic_name, tmp_path, lost.master, "before")) as first:
+        with reaped(exactly_once_run(bootstrap, topic_name, tmp_path, lost.master, "before", *PLACED)) as first:
             job = new_running_job(lost, set(), 240)
             producer = _produce_slowly(bootstrap, topic_name, events[40:])  # 20 s of events, mid-stream below
             wait_for(lambda: lost.completed_checkpoints(job) >= 2, 240, "two Flink checkpoints",
@@ -80,8 +72,8 @@ def test_a_killed_jobmanager_costs_no_prediction_and_writes_none_twice_from_the_
 
     per_model = n // PARTITIONS
     with FlinkSessionCluster(taskmanagers=2, flink_home=flink_home, checkpoint_dir=checkpoints) as cluster:
-        with reaped(_scinol_run(bootstrap, topic_name, tmp_path, cluster.master, "after",
-                                "--from-checkpoint", str(checkpoints))):
+        with reaped(exactly_once_run(bootstrap, topic_name, tmp_path, cluster.master, "after", *PLACED,
+                                     "--from-checkpoint", str(checkpoints))):
             store = CheckpointStore(str(tmp_path / "ckpt"))
             wait_for(lambda: all((c := store.latest(f"p{p}")) is not None and c.event_count == per_model
                                  for p in range(PARTITIONS)), 300, f"each model's checkpoint at its event "

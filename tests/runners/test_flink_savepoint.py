@@ -10,29 +10,18 @@ run`` as a process."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
 from pipelines.cli.main import main
 from pipelines.records.topics import produce_events
 from pipelines.state.checkpoints import CheckpointStore
-from tests.support.flink import predictions_of
+from tests.support.flink import exactly_once_run, predictions_of
 from tests.support.partitioned import PARTITIONS, check_one_model
 from tests.support.runs import toy_stream
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.flink, pytest.mark.kafka, pytest.mark.slow]
-
-
-def _scinol_run(bootstrap, topic, tmp_path, master, name, *extra) -> subprocess.Popen:
-    err = open(tmp_path / f"{name}.log", "w")
-    return subprocess.Popen(
-        [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", bootstrap, "--topic", topic,
-         "--predictions-topic", topic + ".pred", "--checkpoint-dir", str(tmp_path / "ckpt"), "--runner", "flink",
-         "--flink-master", master, "--exactly-once", "--checkpointing-interval", "2000", *extra,
-         "--", f"--job_name={name}"], stderr=err, stdin=subprocess.DEVNULL)
 
 
 def _log(path):
@@ -48,7 +37,7 @@ def test_a_run_stopped_with_a_savepoint_resumes_at_another_parallelism_writing_e
     bootstrap, master, n = apache_kafka.bootstrap, flink_cluster.master, 2000
     X, y, events = toy_stream(n)
     produce_events(bootstrap, topic_name, events[:1200], partitions=PARTITIONS, progress=False)
-    first = _scinol_run(bootstrap, topic_name, tmp_path, master, "before", "--parallelism", "2",
+    first = exactly_once_run(bootstrap, topic_name, tmp_path, master, "before", "--parallelism", "2",
                         "--checkpoint-every", str(n))
     try:
         wait_for(lambda: _running(flink_cluster, "before"), 240, "the first job", _log(tmp_path / "before.log"))
@@ -65,7 +54,7 @@ def test_a_run_stopped_with_a_savepoint_resumes_at_another_parallelism_writing_e
     written_before = len(predictions_of(bootstrap, topic_name + ".pred"))
     produce_events(bootstrap, topic_name, events[1200:], partitions=PARTITIONS, progress=False)  # i % 4 still
 
-    unfit = _scinol_run(bootstrap, topic_name, tmp_path, master, "unfit", "--parallelism", "1",
+    unfit = exactly_once_run(bootstrap, topic_name, tmp_path, master, "unfit", "--parallelism", "1",
                         "--checkpoint-every", str(n), "--from-savepoint", location)
     assert unfit.wait(240) == 2
     log = open(tmp_path / "unfit.log").read()
@@ -75,7 +64,7 @@ def test_a_run_stopped_with_a_savepoint_resumes_at_another_parallelism_writing_e
     assert "Traceback" not in log
 
     third = flink_cluster.add_taskmanager()
-    resumed = _scinol_run(bootstrap, topic_name, tmp_path, master, "after", "--parallelism", "3",
+    resumed = exactly_once_run(bootstrap, topic_name, tmp_path, master, "after", "--parallelism", "3",
                           "--checkpoint-every", str(n), "--from-savepoint", location)
     try:
         wait_for(lambda: (c := CheckpointStore(str(tmp_path / "ckpt")).latest("default")) is not None

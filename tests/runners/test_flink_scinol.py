@@ -235,19 +235,8 @@ def test_sigterm_to_scinol_run_cancels_its_job_on_the_session_cluster(
     """Beam's own cancel leaves a job running on a session cluster, holding
     its slots; ``scinol run`` stopped by SIGTERM (or Ctrl-C) cancels it there."""
     bootstrap, cluster = apache_kafka.bootstrap, flink_cluster
-    _, _, events = toy_stream(20)
-    produce_events(bootstrap, topic_name, events, partitions=1, progress=False)
-    before = {j["jid"] for j in cluster.jobs()}
-    with open(tmp_path / "stderr", "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", bootstrap, "--topic", topic_name,
-             "--predictions-topic", topic_name + ".pred", "--checkpoint-dir", str(tmp_path / "ckpt"),
-             "--runner", "flink", "--flink-master", cluster.master],
-            stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+    proc, job = _twenty_events_running(bootstrap, topic_name, tmp_path, cluster)
     try:
-        job = new_running_job(cluster, before)
-        wait_for(lambda: len(predictions_of(bootstrap, topic_name + ".pred")) >= len(events), 300,
-              "the predictions", lambda: _job_story(cluster, job))
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(120) == 130
     finally:
@@ -265,25 +254,37 @@ def test_a_job_cancelled_on_the_cluster_ends_scinol_run_in_one_line(apache_kafka
     """Someone cancels the job on the cluster (Flink's UI, REST, CLI):
     ``scinol run`` ends with one line naming what happened, exit status 5."""
     bootstrap, cluster = apache_kafka.bootstrap, flink_cluster
-    _, _, events = toy_stream(20)
-    produce_events(bootstrap, topic_name, events, partitions=1, progress=False)
-    before = {j["jid"] for j in cluster.jobs()}
-    with open(tmp_path / "stderr", "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", bootstrap, "--topic", topic_name,
-             "--predictions-topic", topic_name + ".pred", "--checkpoint-dir", str(tmp_path / "ckpt"),
-             "--runner", "flink", "--flink-master", cluster.master],
-            stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+    proc, job = _twenty_events_running(bootstrap, topic_name, tmp_path, cluster)
     with reaped(proc):
-        job = new_running_job(cluster, before)
-        wait_for(lambda: len(predictions_of(bootstrap, topic_name + ".pred")) >= len(events), 300,
-                 "the predictions", lambda: _job_story(cluster, job))
         cluster.cancel_job(job)
         assert proc.wait(120) == 5
     err = (tmp_path / "stderr").read_text()
     errors = [line for line in err.splitlines() if line.startswith("scinol: error")]
     assert errors == [line for line in errors if "was cancelled on the cluster, not by this run" in line], errors
     assert len(errors) == 1 and "Traceback" not in err, err[-3000:]
+
+
+def _twenty_events_running(bootstrap, topic, tmp_path, cluster) -> tuple[subprocess.Popen, str]:
+    """``scinol run`` on the session cluster (stderr to tmp_path/stderr), its
+    Flink job running and its 20 events predicted: (the process, the job)."""
+    _, _, events = toy_stream(20)
+    produce_events(bootstrap, topic, events, partitions=1, progress=False)
+    before = {j["jid"] for j in cluster.jobs()}
+    with open(tmp_path / "stderr", "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", bootstrap, "--topic", topic,
+             "--predictions-topic", topic + ".pred", "--checkpoint-dir", str(tmp_path / "ckpt"),
+             "--runner", "flink", "--flink-master", cluster.master],
+            stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+    try:
+        job = new_running_job(cluster, before)
+        wait_for(lambda: len(predictions_of(bootstrap, topic + ".pred")) >= len(events), 300,
+                 "the predictions", lambda: _job_story(cluster, job))
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, job
 
 
 def _job_story(cluster, job: str) -> str:

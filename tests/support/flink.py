@@ -1,4 +1,7 @@
-"""The Beam flags and readings the Flink tests share."""
+"""The Beam flags, runs and readings the Flink tests share."""
+
+import subprocess
+import sys
 
 from pipelines.runners.options import job_server_args
 from tests.support.trialkit import read_topic
@@ -21,3 +24,14 @@ def new_running_job(cluster, before: set, timeout: float = 180.0) -> str:
     wait_for(lambda: found.extend(j["jid"] for j in cluster.jobs() if j["state"] == "RUNNING"
                                   and j["jid"] not in before) or found, timeout, "the job to start on the cluster")
     return found[0]
+
+
+def exactly_once_run(bootstrap, topic, tmp_path, master, name, *extra) -> subprocess.Popen:
+    """``scinol run --exactly-once`` on the session cluster at ``master`` as
+    a process, its Beam job named ``name`` and its stderr in tmp_path/<name>.log."""
+    err = open(tmp_path / f"{name}.log", "w")
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", bootstrap, "--topic", topic,
+         "--predictions-topic", topic + ".pred", "--checkpoint-dir", str(tmp_path / "ckpt"), "--runner", "flink",
+         "--flink-master", master, "--exactly-once", "--checkpointing-interval", "2000", *extra,
+         "--", f"--job_name={name}"], stderr=err, stdin=subprocess.DEVNULL)
