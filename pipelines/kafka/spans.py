@@ -25,6 +25,14 @@ dropped and counted. Everything else waits, at most ``max_waiting``
 messages per key: past that :class:`WaitingBoundExceeded` names the
 partition, the missing offsets and the bound.
 
+Across streams the chain applies batches as they come, unless told to
+:meth:`~Chain.follow` an order: a list of (stream, up to offset) runs, the
+order in which an earlier attempt applied (and committed) them. Then only
+the current run's stream moves, up to its offset (a batch that straddles
+it is split there); everything else waits, and is let through once the
+runs are done. A restore re-applies what its state does not cover in the
+order its committed output was computed in.
+
 This is Beam's ordered-processing idea (per-key sequence numbers, early
 events buffered in state) for batches of Kafka offsets: the sequence is
 the offsets themselves, so a restart from a checkpoint file needs no
@@ -34,7 +42,8 @@ the offsets it covers.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections import deque
+from typing import Any, Callable, NamedTuple
 
 Stream = tuple[str, int]
 """(topic, partition)."""
@@ -112,9 +121,15 @@ class Chain:
     updated in place; ``waiting`` holds what came early, per stream by start
     offset (markers by their offset, several allowed)."""
 
-    def __init__(self, applied: dict | None = None, max_waiting: int = DEFAULT_MAX_WAITING):
+    def __init__(self, applied: dict | None = None, max_waiting: int = DEFAULT_MAX_WAITING,
+                 split: Callable | None = None):
         self.applied: dict[Stream, int] = applied if applied is not None else {}
         self.max_waiting = max_waiting
+        self.split = split
+        """``split(payload, offset)`` -> ((head, size), (tail, size)): a payload
+        cut at ``offset``; needed only to :meth:`follow` an order."""
+        self.runs: deque[tuple[Stream, int]] | None = None
+        """The order being followed (:meth:`follow`), its current run first; None: none."""
         self.waiting: dict[Stream, dict[int, Early]] = {}
         self.markers: dict[Stream, list[Early]] = {}
         self.waiting_messages = 0
@@ -132,16 +147,77 @@ class Chain:
     def offer(self, span: Span, payload: Any, size: int = 1) -> list[Ready]:
         """The batches ready after ``span`` arrived, in order (maybe none);
         a replay comes back at once, marked as one (:attr:`Ready.is_replay`)."""
+        out = self._offer(span, payload, size)
+        return out + self._advance() if self.runs is not None and out else out
+
+    def follow(self, runs: list[tuple[Stream, int]]) -> list[Ready]:
+        """From now on apply the streams in the order ``runs`` gives: each
+        (stream, offset) run applies ``stream`` up to ``offset`` while the
+        other streams wait; after the last run, everything goes as it comes.
+        Returns the batches ready at once (some may have waited already)."""
+        if runs and self.split is None:
+            raise TypeError("a Chain that follows an order needs a split function")
+        self.runs = deque(runs)
+        return self._advance()
+
+    def _offer(self, span: Span, payload: Any, size: int, counted: bool = True) -> list[Ready]:
         since = self._since(span)
         if since is None:
-            return self._wait(span, payload, size)
+            return self._wait(span, payload, size, counted)
         if span.is_marker:
             return [Ready(span, payload, span.end)]
         if since >= span.end:
             self.replayed += 1
             return [Ready(span, payload, since)]
+        limit = self._limit(span.stream)
+        if limit is not None and span.end > limit:
+            if since >= limit:  # another stream's turn: this one waits
+                return self._wait(span, payload, size, counted)
+            (payload, size), (tail, tail_size) = self.split(payload, limit)
+            self._wait(span._replace(start=limit), tail, tail_size, counted)
+            span = span._replace(end=limit)
         self.applied[span.stream] = span.end
         return [Ready(span, payload, since), *self._ready_markers(span.stream), *self._drain(span.stream)]
+
+    def _limit(self, stream: Stream) -> int | None:
+        """How far ``stream`` may be applied now (None: as far as it goes)."""
+        if self.runs is None:
+            return None
+        if self.runs and self.runs[0][0] == stream:
+            return self.runs[0][1]
+        return self.applied.get(stream, -1)
+
+    def _advance(self) -> list[Ready]:
+        """The waiting batches the order lets through now: each run's stream
+        up to its offset, in turn; all of them once the runs are done."""
+        out = []
+        while self.runs:
+            stream, end = self.runs[0]
+            if self.applied.get(stream, -1) < end:
+                out += self._offer_again(stream)
+                if self.applied.get(stream, -1) < end and not self._read_begins_past(stream, end):
+                    return out  # the run's batches have not all come yet
+            self.runs.popleft()
+        self.runs = None
+        for stream in sorted({*self.waiting, *self.markers}):
+            out += self._offer_again(stream)
+        return out
+
+    def _read_begins_past(self, stream: Stream, end: int) -> bool:
+        """Whether this read of ``stream`` began at or past ``end`` (nothing
+        before it will come): a run up to ``end`` has nothing left to wait for."""
+        return any(w.span.start == w.span.origin >= end for w in self.waiting.get(stream, {}).values())
+
+    def _offer_again(self, stream: Stream) -> list[Ready]:
+        """Offer ``stream``'s waiting batches again, in offset order."""
+        early = sorted(self.waiting.pop(stream, {}).values(), key=lambda w: w.span.start)
+        early += self.markers.pop(stream, [])
+        self.waiting_messages -= sum(w.size for w in early)
+        self.changed = self.changed or bool(early)
+        out = []
+        for item in early:
+            out += self._offer(item.span, item.payload, item.size, counted=False)
+        return out
 
     def _since(self, span: Span) -> int | None:
         """Where ``span`` starts to apply, None if an earlier batch is missing."""
@@ -154,11 +230,10 @@ class Chain:
             return None
         return have
 
-    def _wait(self, span: Span, payload: Any, size: int) -> list[Ready]:
+    def _wait(self, span: Span, payload: Any, size: int, counted: bool = True) -> list[Ready]:
         item = Early(span, payload, max(size, 1))
         if span.is_marker:
             self.markers.setdefault(span.stream, []).append(item)
-            self.waited += 1
         else:
             mine = self.waiting.setdefault(span.stream, {})
             there = mine.get(span.start)
@@ -170,7 +245,7 @@ class Chain:
                 self.replayed += 1  # the same batch twice, both early
                 return [Ready(span, payload, span.end)]
             mine[span.start] = item
-        self.waited += 1
+        self.waited += counted
         self.waiting_messages += item.size
         self.changed = True
         if self.waiting_messages > self.max_waiting:
@@ -205,6 +280,14 @@ class Chain:
                 self.replayed += 1
                 out.append(Ready(item.span, item.payload, have))
                 continue
+            limit = self._limit(stream)
+            if limit is not None and item.span.end > limit:
+                if limit <= have:  # another stream's turn
+                    self._wait(item.span, item.payload, item.size, counted=False)
+                    break
+                (head, size), (tail, tail_size) = self.split(item.payload, limit)
+                self._wait(item.span._replace(start=limit), tail, tail_size, counted=False)
+                item = Early(item.span._replace(end=limit), head, size)
             self.applied[stream] = item.span.end
             out += [Ready(item.span, item.payload, max(have, item.span.start)), *self._ready_markers(stream)]
         if mine is not None and not mine:

@@ -50,21 +50,35 @@ class Part(NamedTuple):
         """This part without its messages below ``offset``."""
         if self.payload is None or offset <= self.span.start:
             return self
-        return self._replace(payload=_from(self.kind, self.payload, offset))
+        return self._replace(payload=_sliced(self.payload, _index(self.kind, self.payload, offset), None))
+
+    def split(self, offset: int) -> tuple["Part", "Part"]:
+        """(the part below ``offset``, the part from it on), each with its
+        own span: to apply a part's offsets before ``offset`` now and the
+        rest later."""
+        head, tail = self.span._replace(end=offset), self.span._replace(start=offset)
+        if self.payload is None:
+            return self._replace(span=head), self._replace(span=tail)
+        k = _index(self.kind, self.payload, offset)
+        return (self._replace(span=head, payload=_sliced(self.payload, None, k)),
+                self._replace(span=tail, payload=_sliced(self.payload, k, None)))
 
 
-def _from(kind: str, payload, offset: int):
+def _index(kind: str, payload, offset: int) -> int:
+    """How many of ``payload``'s messages lie below ``offset``."""
     offsets = getattr(payload, "offsets", None)
     if offsets is not None:  # EventRows: its offsets array
-        return payload[int(np.searchsorted(offsets, offset)):]
+        return int(np.searchsorted(offsets, offset))
     if kind == FEEDBACK:
-        k = bisect.bisect_left(payload, offset, key=lambda item: item[0])
-    else:
-        k = bisect.bisect_left(payload, offset, key=lambda item: item[0].offset)
-    rest = payload[k:]
-    if hasattr(payload, "source"):  # a ModelBatch keeps its type and source
-        rest = type(payload)(rest, source=payload.source)
-    return rest
+        return bisect.bisect_left(payload, offset, key=lambda item: item[0])
+    return bisect.bisect_left(payload, offset, key=lambda item: item[0].offset)
+
+
+def _sliced(payload, start: int | None, stop: int | None):
+    piece = payload[start:stop]
+    if hasattr(payload, "source") and not hasattr(payload, "offsets"):  # a ModelBatch keeps its type and source
+        piece = type(payload)(piece, source=payload.source)
+    return piece
 
 
 class Manifest(NamedTuple):

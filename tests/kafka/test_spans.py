@@ -145,3 +145,79 @@ def test_missing_says_where_each_stream_stands_and_what_it_waits_behind():
     chain = Chain({("t", 0): 10})
     chain.offer(Span("t", 0, 30, 40, 0), None)
     assert chain.missing() == [(("t", 0), 10, 30)]
+
+
+def runs_of(pieces):
+    """Released pieces ((stream, end) each) as runs: consecutive pieces of one stream merged."""
+    runs = []
+    for stream, end in pieces:
+        if runs and runs[-1][0] == stream:
+            runs[-1] = (stream, end)
+        else:
+            runs.append((stream, end))
+    return runs
+
+
+@st.composite
+def restored_interleavings(draw):
+    """Two partitions batched and interleaved one way (a first attempt),
+    a state after some of it, the runs committed after the state, and the
+    same offsets batched another way (the replay), delivered in any order
+    and some twice."""
+    ends = {("t", p): draw(st.integers(20, 200)) for p in (0, 1)}
+    first = {s: tiling(0, sorted(draw(st.sets(st.integers(1, e - 1), max_size=8))) + [e], *s)
+             for s, e in ends.items()}
+    picks = draw(st.lists(st.sampled_from(sorted(first)), min_size=sum(map(len, first.values())),
+                          max_size=sum(map(len, first.values()))))
+    queue = {s: list(spans) for s, spans in first.items()}
+    order = [queue[s].pop(0) for s in picks if queue[s]] + [sp for s in sorted(queue) for sp in queue[s]]
+    state_at = draw(st.integers(0, len(order)))
+    failed_at = draw(st.integers(state_at, len(order)))
+    applied = {}
+    for span in order[:state_at]:
+        applied[span.stream] = span.end
+    committed = runs_of([(span.stream, span.end) for span in order[state_at:failed_at]])
+    replay = []
+    for s, end in ends.items():
+        start = applied.get(s, 0)
+        cuts = sorted(draw(st.sets(st.integers(start + 1, end - 1), max_size=8))) if end - start > 1 else []
+        replay += [sp._replace(origin=0) for sp in tiling(start, cuts + [end], *s)] if start < end else []
+    twice = draw(st.lists(st.sampled_from(replay), max_size=4)) if replay else []
+    return ends, applied, committed, draw(st.permutations(replay + twice))
+
+
+def halves(payload, offset):
+    return (payload, 1), (payload, 1)
+
+
+@given(restored_interleavings())
+@settings(max_examples=400, deadline=None)
+def test_a_followed_order_is_the_order_applied_whatever_order_batches_come_in(case):
+    """A chain told to follow the committed runs applies them in that order
+    (a batch straddling a run's end split there), then the rest; every
+    offset once."""
+    ends, applied, committed, arrivals = case
+    chain = Chain(dict(applied), split=halves)
+    released = [(r.span, r.since) for r in chain.follow(committed)]
+    for span in arrivals:
+        released += [(r.span, r.since) for r in chain.offer(span, None) if not r.is_replay]
+    got = runs_of([(span.stream, span.end) for span, _ in released])
+    if committed:
+        assert got[:len(committed) - 1] == committed[:-1]
+        assert got[len(committed) - 1][0] == committed[-1][0] and got[len(committed) - 1][1] >= committed[-1][1]
+    for stream, end in ends.items():  # each stream's offsets past the state, each once, in order
+        mine = [(max(since, span.start), span.end) for span, since in released if span.stream == stream]
+        assert [a for a, _ in mine] == ([applied.get(stream, 0)] + [b for _, b in mine[:-1]] if mine else [])
+        assert (mine[-1][1] if mine else applied.get(stream, 0)) == end
+    assert len(chain) == 0 and chain.waiting_messages == 0 and chain.runs is None
+
+
+def test_a_followed_order_holds_other_partitions_until_its_runs_are_done():
+    a, b = ("t", 0), ("t", 1)
+    chain = Chain({a: 0, b: 0}, split=halves)
+    assert chain.follow([(b, 5), (a, 10), (b, 8)]) == []
+    assert chain.offer(Span("t", 0, 0, 20, 0), None) == []  # a waits for b's first run
+    got = chain.offer(Span("t", 1, 0, 20, 0), None)
+    assert [(r.span.partition, r.span.start, r.span.end) for r in got] == [(1, 0, 5), (0, 0, 10), (1, 5, 8),
+                                                                          (0, 10, 20), (1, 8, 20)]
+    assert chain.runs is None and chain.applied == {a: 20, b: 20}

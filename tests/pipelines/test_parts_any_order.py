@@ -84,3 +84,17 @@ def test_parts_in_any_order_give_each_model_its_events_once_in_offset_order(seed
         want = make_learner("scinol2", "logistic").learn(X[mine], y[mine]) if mine else np.empty(0)
         assert [p["score"] for p in predictions[m]] == want.tolist()
         assert runners[m].skipped == 0 and len(runners[m].chain) == 0
+
+
+def test_a_part_split_at_an_offset_tiles_its_span_and_keeps_its_items():
+    """What a model following a committed order does with a part that
+    straddles the end of a run (pipelines.records.parts.Part.split)."""
+    from pipelines.records.parts import SKIP
+
+    items = EventBatch([(Position("t", 0, o), {"id": f"e{o}"}) for o in (3, 5, 9)], source=("t", 0))
+    head, tail = Part(Span("t", 0, 2, 12, 0), EVENTS, items).split(6)
+    assert (head.span, tail.span) == (Span("t", 0, 2, 6, 0), Span("t", 0, 6, 12, 0))
+    assert [p.offset for p, _ in head.payload] == [3, 5] and [p.offset for p, _ in tail.payload] == [9]
+    assert type(tail.payload) is EventBatch and tail.payload.source == ("t", 0)
+    skipped = Part(Span("t", 0, 2, 12, 0), SKIP).split(4)
+    assert [(p.span.start, p.span.end, p.payload) for p in skipped] == [(2, 4, None), (4, 12, None)]
