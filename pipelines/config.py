@@ -183,5 +183,10 @@ class RunConfig:
         return self.feedback_topic or f"{self.predictions_topic}.feedback"
 
     @property
+    def order_topic(self) -> str:
+        """With exactly-once: the order in which each model's predictions were committed (one partition)."""
+        return f"{self.predictions_topic}.order"
+
+    @property
     def ckpt_topic(self) -> str:
         return self.checkpoint_topic or f"{self.predictions_topic}.checkpoints"

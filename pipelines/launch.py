@@ -42,6 +42,9 @@ def topic_specs(cfg: RunConfig) -> list[TopicSpec]:
         wanted.append(spec(cfg.feedback, 1))
     if cfg.labels_topic:
         wanted.append(spec(cfg.labels_topic))
+    if cfg.exactly_once:  # read back only after a restore: a week is plenty; the broker's clock orders it
+        wanted.append(spec(cfg.order_topic, 1, **{"cleanup.policy": "delete", "retention.ms": 7 * 86_400_000,
+                                                   "message.timestamp.type": "LogAppendTime"}))
     return wanted
 
 

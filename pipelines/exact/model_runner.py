@@ -45,6 +45,12 @@ def _records(events) -> list:
     return [e for _, e in events] if isinstance(events, EventRows) else events
 
 
+def _split(part: Part, offset: int) -> tuple[tuple[Part, int], tuple[Part, int]]:
+    """A part cut at ``offset``, each piece with its size (the Chain's splitter)."""
+    head, tail = part.split(offset)
+    return (head, head.size), (tail, tail.size)
+
+
 KEPT_CLASSES = (LearnerState,)
 """What :meth:`ModelRunner.parts` is made of, besides arrays and plain values."""
 
@@ -105,8 +111,10 @@ class ModelRunner:
         self.pending = self._pending(learner.loaded_aux)
         self.metrics = ProgressiveMetrics(learner.loss, **header.get("metrics", {}))
         self._since_checkpoint = int(header.get("since_checkpoint", 0))
-        self.chain = Chain(self.offsets, self.max_waiting)
+        self.chain = Chain(self.offsets, self.max_waiting, split=_split)
         """Applies each partition's parts in offset order; ``offsets`` is its record of what is applied."""
+        self.applied_ms: float | None = header.get("applied_ms")
+        """Wall time when the state last applied a part (None: not known)."""
         self.skipped = 0
         """Events left out as covered by the state (a replay overlapping it)."""
 
@@ -126,7 +134,8 @@ class ModelRunner:
         extra = {"model": self.model, "event_count": self.events, "labels_learned": self.labels_learned,
                  "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.offsets.items())],
                  "metrics": self.metrics.as_dict(), "since_checkpoint": self._since_checkpoint,
-                 "checkpointed": (self._last_manifest or {}).get("uri") or self.restored_from}
+                 "checkpointed": (self._last_manifest or {}).get("uri") or self.restored_from,
+                 "applied_ms": self.applied_ms}
         return extra, self.pending.to_arrays() if self.pending is not None else None
 
     def _pending(self, aux: dict) -> PendingStore | None:
@@ -139,15 +148,34 @@ class ModelRunner:
         through (:class:`~pipelines.kafka.spans.Chain`), each without what
         the state covers; SKIP parts too (nothing to apply, but they moved
         the chain). A replay of what was applied gives nothing."""
+        return self._to_apply(self.chain.offer(part.span, part, part.size))
+
+    def follow(self, runs: list) -> list[Part]:
+        """Apply the partitions in the order ``runs`` gives ((topic,
+        partition), up to offset) each: the order in which the output that
+        was committed past this state was computed. Returns the parts ready now."""
+        return self._to_apply(self.chain.follow(runs))
+
+    def _to_apply(self, readies) -> list[Part]:
         out = []
-        for ready in self.chain.offer(part.span, part, part.size):
+        for ready in readies:
             if ready.is_replay:
                 continue
             trimmed = ready.payload.since(ready.since)
             if trimmed.payload is not None:
                 self.skipped += len(ready.payload.payload) - len(trimmed.payload)
             out.append(trimmed)
+        if out:
+            self.applied_ms = time.time() * 1000.0
         return out
+
+    def state_time_ms(self, mtime) -> float | None:
+        """When this state was made: the wall time it last applied a part,
+        else when its checkpoint file was written (``mtime(path)``, seconds)."""
+        if self.applied_ms is not None:
+            return self.applied_ms
+        written = mtime(self.restored_from) if self.restored_from else math.inf
+        return written * 1000.0 if math.isfinite(written) else None
 
     def process(self, items: list[tuple]) -> list[dict]:
         """Predict then learn each (position, event) in order; returns one

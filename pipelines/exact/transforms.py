@@ -37,6 +37,7 @@ from pipelines.kafka.transactions import TransactionalOutput
 from pipelines.records.dead_letters import dead_letter_message
 from pipelines.records.columnar import event_timestamps_of, prediction_keys_of
 from pipelines.state.checkpoints import CheckpointStore, checkpoint_record
+from pipelines.state.store import mtime
 from pipelines.records.parts import EVENTS, LABELS, Part, waiting_report
 from pipelines.steps import (NAMESPACE, WAITING_CLASSES, KeptAsDeltas, KeptCells, KeptCoder, pickle_sharing,
                              unpickle_sharing)
@@ -138,7 +139,21 @@ class LearnModels(beam.DoFn):
         elif runner.restored_from:
             log.warning("model %r restored from %s (%d events)", model, runner.restored_from, runner.events)
         self.kept.set(model, runner)
+        if cfg.exactly_once and (restored or runner.restored_from):
+            self._follow_committed(model, runner)
         return runner
+
+    def _follow_committed(self, model: str, runner: ModelRunner) -> None:
+        """A restored model re-applies what was committed past its state in
+        the order it was applied then (the transactional writer's order
+        journal), so its predictions from here on follow from those committed."""
+        inputs = {self.cfg.topic, self.cfg.labels_topic} - {None}
+        runs = self._transactional(model).committed_order(runner.offsets, inputs, runner.state_time_ms(mtime))
+        if runs:
+            log.warning("model %r re-applies what it committed after its state in the committed order: %s", model,
+                        ", ".join(f"{t}[{p}] to {o:,}" for (t, p), o in runs[:8]) + (" ..." if len(runs) > 8 else ""))
+        for part in runner.follow(runs):
+            self._apply(model, runner, part)
 
     def _keep(self, model: str, cells: KeptCells, waiting) -> None:
         """The model into the runner's state store (encoded when the bundle
@@ -235,7 +250,7 @@ class LearnModels(beam.DoFn):
         if out is None:
             out = self.outputs[model] = TransactionalOutput(self.cfg.bootstrap, self.cfg.predictions_topic,
                                                             f"{self.cfg.predictions_topic}-{model}",
-                                                            self.cfg.kafka_config)
+                                                            self.cfg.kafka_config, journal=self.cfg.order_topic)
         return out
 
     def _dead_letters(self, records: list[dict]) -> None:

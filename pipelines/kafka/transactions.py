@@ -12,6 +12,14 @@ Starting a writer with the same ``transactional.id`` fences an older
 instance still alive (a zombie from before a failover): its open
 transaction is aborted and it can commit nothing more.
 
+With a ``journal`` topic, each transaction also appends which inputs it
+answered, so the order of the commits is on record with them:
+:meth:`TransactionalOutput.committed_order` reads it back for a writer
+whose state restarts behind what was committed, which then re-applies its
+inputs in that order (a model reading several partitions otherwise meets
+them in another order after a restore, and its later outputs would not
+follow from the ones committed).
+
 Needs a broker with transactions (Apache Kafka); the one stand-in broker
 that lacks them fails :meth:`TransactionalOutput.__init__` with one clear line.
 No Beam here.
@@ -19,12 +27,14 @@ No Beam here.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import warnings
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from .consumer import consumer_settings
 from .group_offsets import committed_offsets
 from .producer import KafkaDeliveryError, KafkaWriter
 
@@ -77,8 +87,11 @@ class TransactionalOutput:
     """Seconds one ask of the group's committed offsets may take before it is asked another way."""
 
     def __init__(self, bootstrap: str, topic: str, name: str, config: dict | None = None, timeout: float = 60.0,
-                 ride_out: float = 180.0):
+                 ride_out: float = 180.0, journal: str | None = None):
         self.group = f"scinol-eos-{name}"
+        self.journal = journal
+        """Topic (one partition) each commit also records its inputs on; None: none."""
+        self.admin = None
         self.bootstrap, self.config = bootstrap, dict(config or {})
         self.timeout, self.ride_out = timeout, ride_out
         self.dead = False
@@ -128,7 +141,7 @@ class TransactionalOutput:
         while True:
             attempt_ends = min(deadline, time.monotonic() + self.STUCK_AFTER)
             try:
-                self._transaction(messages, positions, attempt_ends)
+                self._transaction(messages, positions, attempt_ends, inputs)
                 break
             except KafkaException as exc:
                 error = exc.args[0]
@@ -225,16 +238,88 @@ class TransactionalOutput:
                 unstable.close()
             time.sleep(0.5)
 
-    def _transaction(self, messages, positions: dict, deadline: float) -> None:
+    def _transaction(self, messages, positions: dict, deadline: float, inputs: dict) -> None:
         producer = self.writer.producer
         self._retrying(lambda _timeout: producer.begin_transaction(), deadline)
         for value, key in messages:  # a refusal raises KafkaException: commit() aborts or replaces
             self.writer.queue(value, key)
+        if self.journal is not None:
+            entry = {"inputs": [[t, p, o] for (t, p), o in inputs.items()]}
+            producer.produce(self.journal, json.dumps(entry).encode(), self.group.encode())
         offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
         group = self.groups.consumer_group_metadata()
         self._retrying(lambda timeout: _within(timeout, producer.send_offsets_to_transaction, offsets, group,
                                                timeout), deadline)
         self._retrying(producer.commit_transaction, deadline)
+
+    def committed_order(self, applied: dict[tuple[str, int], int], topics: set[str],
+                        since_ms: float | None) -> list[tuple[tuple[str, int], int]]:
+        """The order in which this writer committed its inputs past
+        ``applied`` (next offset per (topic, partition) a restored state
+        covers), as runs ((topic, partition), up to offset), read from the
+        journal from ``since_ms`` (when the state was made; None: from the
+        start). Only inputs of ``topics`` count. Call it after this writer
+        started (its start fenced every earlier one, so nothing more
+        commits behind it). A journal that ends before the committed
+        positions gives what it has, with a warning."""
+        wanted = {s: o for s, o in self._group_positions().items() if s[0] in topics and o > applied.get(s, -1)}
+        if self.journal is None or not wanted:
+            return []
+        consumer = Consumer(consumer_settings(self.bootstrap, self.group + "-order",
+                                              {**self.config, "isolation.level": "read_committed"}))
+        try:
+            return self._runs(consumer, wanted, dict(applied), since_ms)
+        finally:
+            consumer.close()
+
+    def _runs(self, consumer: Consumer, wanted: dict, reach: dict, since_ms: float | None) -> list:
+        journal = TopicPartition(self.journal, 0, -2)  # from the beginning
+        if since_ms is not None:  # entries bear the broker's append time; ten minutes for clocks apart
+            found = consumer.offsets_for_times([TopicPartition(self.journal, 0, int(since_ms) - 600_000)],
+                                               self.timeout)[0]
+            journal = found if found.offset >= 0 else TopicPartition(self.journal, 0, -1)
+        consumer.assign([journal])
+        runs, mine = [], self.group.encode()
+        deadline = time.monotonic() + self.timeout + 30.0  # another writer's open transaction may hold the end back
+        while any(reach.get(s, -1) < o for s, o in wanted.items()):
+            batch = consumer.consume(1000, 0.5)
+            ended = any(m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF
+                        and m.offset() >= self._journal_end() for m in batch)
+            for msg in batch:
+                if msg.error() is None and msg.key() == mine:
+                    for topic, partition, end in json.loads(msg.value())["inputs"]:
+                        _extend(runs, reach, (topic, partition), end)
+            if (ended or time.monotonic() > deadline) and any(reach.get(s, -1) < o for s, o in wanted.items()):
+                log.warning("the order journal %r ends before the inputs %r committed (%s); what follows goes in "
+                            "the order it comes", self.journal, self.group, wanted)
+                break
+        return runs
+
+    def _journal_end(self) -> int:
+        """The journal's end offset, open transactions included."""
+        from confluent_kafka import IsolationLevel
+        from confluent_kafka.admin import OffsetSpec
+
+        tp = TopicPartition(self.journal, 0)
+        found = self._admin().list_offsets({tp: OffsetSpec.latest()}, isolation_level=IsolationLevel.READ_UNCOMMITTED,
+                                           request_timeout=self.timeout)
+        return found[tp].result(self.timeout).offset
+
+    def _group_positions(self) -> dict[tuple[str, int], int]:
+        """Every input position the group holds."""
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        found = self._admin().list_consumer_group_offsets([ConsumerGroupTopicPartitions(self.group)],
+                                                          require_stable=True)
+        result = found[self.group].result(self.timeout)
+        return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or [] if tp.offset >= 0}
+
+    def _admin(self):
+        from confluent_kafka.admin import AdminClient
+
+        if self.admin is None:
+            self.admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.config})
+        return self.admin
 
     def _retrying(self, call, deadline: float) -> None:
         """``call(timeout)``, again while it fails with a
@@ -262,3 +347,16 @@ class TransactionalOutput:
         else:
             self.writer.close()
         self.groups.close()
+
+
+def _extend(runs: list, reach: dict, stream: tuple[str, int], end: int) -> None:
+    """Add a journal entry (``stream`` answered up to ``end``) to ``runs``
+    unless ``reach`` (how far each stream's runs go) covers it already
+    (an entry a replay committed again, or one before the state)."""
+    if end <= reach.get(stream, -1):
+        return
+    reach[stream] = end
+    if runs and runs[-1][0] == stream:
+        runs[-1] = (stream, end)
+    else:
+        runs.append((stream, end))

@@ -183,3 +183,25 @@ def test_the_stand_in_broker_shows_aborted_data_to_read_committed_consumers(tans
     finally:
         out.close()
     assert [v for _, _, v in read_raw(tansu_bootstrap, topic_name)] == [b"aborted", b"committed"]
+
+
+@pytest.mark.parametrize("seeds", [(1, 2), (3, 0)], ids=["seeds-1-2", "seeds-3-0"])
+def test_one_model_over_four_partitions_restarts_in_the_committed_order(apache_kafka, topic_name, tmp_path, seeds):
+    """One model reads four partitions, and each run meets them in another
+    order (a harness shuffles the batches). The restart from an older state
+    re-applies what the first run had committed after it: in the order the
+    first run applied it (its order journal), not in the order it comes
+    now, so the committed predictions are one online run: each model
+    version once, every score the learner's over that order, and the last
+    checkpoint that learner's state."""
+    from tests.support.partitioned import PARTITIONS, check_one_model
+    from tests.support.reorder import Harness
+
+    X, y, events = toy_stream(1200)
+    produce_events(apache_kafka, topic_name, events[:800], partitions=PARTITIONS, progress=False)
+    settings = dict(checkpoint_every=300, max_batch=30, exactly_once=True)
+    run(config(apache_kafka, topic_name, tmp_path, reorder=Harness(seeds[0], repeat=0.0), **settings))
+    drop_newest_checkpoint(str(tmp_path / "ckpt"))  # the restart re-applies what the first run committed last
+    produce_events(apache_kafka, topic_name, events[800:], partitions=PARTITIONS, progress=False)
+    run(config(apache_kafka, topic_name, tmp_path, reorder=Harness(seeds[1], repeat=0.0), **settings))
+    check_one_model(apache_kafka, topic_name, tmp_path, X, y, events)

@@ -2,9 +2,11 @@
 session cluster's JobManager under an exactly-once run takes the job with
 it; a new cluster over the same checkpoint folder and ``scinol run
 --from-checkpoint`` carry the run on from its last retained checkpoint:
-every prediction written once (read_committed) and each model (one a
-partition) the single-process learner's to the bit. Real parts: Apache Kafka, two session clusters, ``scinol run`` as a
-process."""
+every prediction written once (read_committed), and the one model over
+four partitions the single-process learner's to the bit over the order its
+predictions were committed in (what it had committed after the checkpoint
+it re-applies in that order, from the order journal). Real parts: Apache
+Kafka, two session clusters, ``scinol run`` as a process."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from pipelines.records.topics import produce_events
 from pipelines.runners.flink_cluster import FlinkSessionCluster
 from pipelines.state.checkpoints import CheckpointStore
 from tests.support.flink import exactly_once_run, new_running_job, predictions_of
-from tests.support.partitioned import PARTITIONS, check_model_per_partition
+from tests.support.partitioned import PARTITIONS, check_one_model
 from tests.support.processes import reaped
 from tests.support.runs import toy_stream
 from tests.support.waiting import wait_for
@@ -26,7 +28,7 @@ from tests.support.waiting import wait_for
 pytestmark = [pytest.mark.flink, pytest.mark.kafka, pytest.mark.slow]
 
 
-PLACED = ("--parallelism", "2", "--checkpoint-every", "500", "--models", "p0,p1,p2,p3")
+PLACED = ("--parallelism", "2", "--checkpoint-every", "500")
 
 
 def _log(path):
@@ -48,8 +50,7 @@ def _produce_slowly(bootstrap, topic, events, chunk=40, pause=0.4) -> threading.
 def test_a_killed_jobmanager_costs_no_prediction_and_writes_none_twice_from_the_retained_checkpoint(
         apache_kafka, flink_home, topic_name, tmp_path):
     bootstrap, n = apache_kafka.bootstrap, 2000
-    X, y, events = toy_stream(n)
-    events = [{**e, "model": f"p{i % PARTITIONS}"} for i, e in enumerate(events)]  # event i: partition i % 4
+    X, y, events = toy_stream(n)  # one model, "default"; event i on partition i % 4
     produce_events(bootstrap, topic_name, events[:40], partitions=PARTITIONS, progress=False)
     checkpoints = tmp_path / "flink-checkpoints"
     with FlinkSessionCluster(taskmanagers=2, flink_home=flink_home, checkpoint_dir=checkpoints) as lost:
@@ -58,6 +59,7 @@ def test_a_killed_jobmanager_costs_no_prediction_and_writes_none_twice_from_the_
             producer = _produce_slowly(bootstrap, topic_name, events[40:])  # 20 s of events, mid-stream below
             wait_for(lambda: lost.completed_checkpoints(job) >= 2, 240, "two Flink checkpoints",
                      _log(tmp_path / "before.log"))
+            time.sleep(1.0)  # half a checkpoint interval: predictions committed after the checkpoint
             lost.jobmanager.kill()  # SIGKILL: no HA, the job goes with it
             lost.jobmanager.wait()
             first.terminate()
@@ -70,19 +72,18 @@ def test_a_killed_jobmanager_costs_no_prediction_and_writes_none_twice_from_the_
     producer.join(120)
     assert not producer.is_alive()
 
-    per_model = n // PARTITIONS
     with FlinkSessionCluster(taskmanagers=2, flink_home=flink_home, checkpoint_dir=checkpoints) as cluster:
         with reaped(exactly_once_run(bootstrap, topic_name, tmp_path, cluster.master, "after", *PLACED,
                                      "--from-checkpoint", str(checkpoints))):
             store = CheckpointStore(str(tmp_path / "ckpt"))
-            wait_for(lambda: all((c := store.latest(f"p{p}")) is not None and c.event_count == per_model
-                                 for p in range(PARTITIONS)), 300, f"each model's checkpoint at its event "
-                     f"{per_model}", _log(tmp_path / "after.log"))
+            wait_for(lambda: (c := store.latest("default")) is not None and c.event_count == n, 300,
+                     f"the model's checkpoint at its event {n}", _log(tmp_path / "after.log"))
             cluster.cancel_live_jobs()
     log = open(tmp_path / "after.log").read()
-    restored = [int(k) for k in re.findall(r"model 'p\d' restored from the runner's state \((\d+) events", log)]
-    assert len(restored) == PARTITIONS, log[-3000:]  # the checkpoint's models, not a replay from offset 0
-    assert 0 < min(restored) and max(restored) < per_model  # lost mid-stream
+    restored = [int(k) for k in re.findall(r"model 'default' restored from the runner's state \((\d+) events", log)]
+    assert len(restored) == 1 and 0 < restored[0] < n, log[-3000:]  # the checkpoint's model, lost mid-stream
+    followed = re.findall(r"re-applies what it committed after its state in the committed order: (.*)", log)
+    print(f"\nrestored at event {restored[0]} of {n}; committed after it, re-applied in order: {followed}")
     ids = [p["event_id"] for p in predictions_of(bootstrap, topic_name + ".pred")]  # read_committed
     assert sorted(ids) == sorted(e["id"] for e in events)  # each once
-    check_model_per_partition(bootstrap, topic_name, tmp_path, X, y, events)
+    check_one_model(bootstrap, topic_name, tmp_path, X, y, events)
