@@ -30,6 +30,8 @@ from .errors import UsageError
 
 STATE = "state.json"
 CHECKPOINTS = "checkpoints"
+HA = "ha"
+"""ZooKeeper's data and Flink's high-availability files, beside the state file (with --high-availability)."""
 LOG = "keeper.log"
 
 
@@ -50,6 +52,9 @@ def add_parser(sub) -> None:
     up.add_argument("--metrics-ports", type=_ports, default=None, metavar="FIRST-LAST",
                     help="serve Prometheus metrics on this port range: Flink's (its reporter, from the JobManager "
                          "and each TaskManager) and scinol's (from each Python worker), one endpoint each")
+    up.add_argument("--high-availability", action="store_true",
+                    help="also run ZooKeeper (Flink's own) with Flink's ZooKeeper high availability, and start a "
+                         "JobManager that dies again: it takes the running jobs over from their last checkpoint")
     down = actions.add_parser("down", help="stop the cluster started by `scinol flink up`")
     status = actions.add_parser("status", help="say whether the cluster is up, where, and with how many TaskManagers "
                                           "(exit status 1 when it is down)")
@@ -71,6 +76,7 @@ def add_parser(sub) -> None:
     serve.add_argument("--port", type=int, default=None)
     serve.add_argument("--timeout", type=float, required=True)
     serve.add_argument("--metrics-ports", type=_ports, default=None)
+    serve.add_argument("--high-availability", action="store_true")
     for q in (up, down, status, serve, stop):
         q.add_argument("--state-dir", default=None, metavar="DIR",
                        help="where the cluster's pids and ports are recorded (default: <cache>/flink-session)")
@@ -173,6 +179,8 @@ def up(args, folder: Path) -> int:
         from pipelines.telemetry import port_range_text
 
         cmd += ["--metrics-ports", port_range_text(args.metrics_ports)]
+    if args.high_availability:
+        cmd.append("--high-availability")
     with open(folder / LOG, "w") as log:
         # Its own session: the terminal's Ctrl-C and the end of this command do not reach it.
         keeper = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -188,6 +196,10 @@ def up(args, folder: Path) -> int:
           f"(started in {state['started_in']:.0f} s); `scinol flink down` stops it", file=sys.stderr)
     print(f"scinol flink: run on it with `scinol run --runner flink --flink-master {state['master']} "
           f"--worker-pool {state['worker_pool']} --parallelism {len(state['taskmanagers'])} ...`", file=sys.stderr)
+    if state.get("zookeeper"):
+        print(f"scinol flink: high availability: ZooKeeper at {state['zookeeper']}, jobs and checkpoints recorded "
+              f"under {state['ha']}; a JobManager that dies is started again and takes its jobs over",
+              file=sys.stderr)
     if state.get("metrics_ports"):
         print(f"scinol flink: Prometheus metrics at /metrics on ports {state['metrics_ports']} (Flink's from "
               f"the JobManager and TaskManagers, scinol's from each job's Python workers); answering now: "
@@ -243,6 +255,10 @@ def status(args, folder: Path) -> int:
           f"{overview.get('jobs-running', '?')} jobs running (Flink {overview.get('flink-version', '?')}); "
           f"SDK worker pool at {state.get('worker_pool')}; retained checkpoints in {state.get('checkpoints')}",
           file=sys.stderr)
+    if state.get("zookeeper"):
+        print(f"scinol flink: high availability: ZooKeeper at {state['zookeeper']}, jobs and checkpoints recorded "
+              f"under {state['ha']}; a JobManager that dies is started again and takes its jobs over",
+              file=sys.stderr)
     if state.get("metrics_ports"):
         print(f"scinol flink: Prometheus metrics on ports {state['metrics_ports']}, answering now: "
               f"{_metrics_endpoints(state)}", file=sys.stderr)
@@ -299,6 +315,20 @@ def _savepoint_target(given: str) -> str:
 
 # ------------------------------------------------------------------ the keeper
 
+def _write_state(folder: Path, state: dict) -> None:
+    (folder / f"{STATE}.new").write_text(json.dumps(state, indent=1) + "\n")
+    os.replace(folder / f"{STATE}.new", folder / STATE)  # read_state never sees half a file
+
+
+def _restart_jobmanager(cluster, folder: Path, state: dict) -> None:
+    """What a supervisor does under high availability: start the dead
+    JobManager again; it takes its jobs over from ZooKeeper."""
+    print(f"the JobManager exited with status {cluster.jobmanager.returncode}; starting it again", flush=True)
+    state["jobmanager"] = cluster.restart_jobmanager()
+    _write_state(folder, state)
+    print(f"JobManager up again (pid {state['jobmanager']})", flush=True)
+
+
 def serve(args, folder: Path) -> int:
     """Start the cluster, record it, hold it until SIGTERM, stop it."""
     import threading
@@ -314,7 +344,8 @@ def serve(args, folder: Path) -> int:
     # beside the state file, not in the cluster's folder: a cluster up again after a loss finds them
     cluster = FlinkSessionCluster(taskmanagers=args.taskmanagers, slots=args.slots, conf=conf,
                                   startup_timeout=args.timeout, worker_pool=True, metrics_ports=args.metrics_ports,
-                                  checkpoint_dir=folder / CHECKPOINTS)
+                                  checkpoint_dir=folder / CHECKPOINTS, high_availability=args.high_availability,
+                                  ha_dir=folder / HA)
     try:
         cluster.start()
     except (ProvisionError, FlinkClusterError) as exc:
@@ -326,13 +357,16 @@ def serve(args, folder: Path) -> int:
                  "started_in": cluster.started_in, "worker_pool": cluster.worker_pool,
                  "worker_pool_pid": cluster.pool.pid,
                  "metrics_ports": port_range_text(args.metrics_ports) if args.metrics_ports else None,
-                 "checkpoints": str((folder / CHECKPOINTS).resolve())}
-        (folder / f"{STATE}.new").write_text(json.dumps(state, indent=1) + "\n")
-        os.replace(folder / f"{STATE}.new", folder / STATE)  # read_state never sees half a file
+                 "checkpoints": str((folder / CHECKPOINTS).resolve()),
+                 "zookeeper": f"localhost:{cluster.zookeeper_port}" if args.high_availability else None,
+                 "ha": str((folder / HA).resolve()) if args.high_availability else None}
+        _write_state(folder, state)
         print(f"up at {cluster.master}: {state}", flush=True)
         while not stop.wait(1.0):
             if cluster.jobmanager.poll() is not None:
-                raise UsageError(f"the JobManager exited with status {cluster.jobmanager.returncode}")
+                if not args.high_availability:
+                    raise UsageError(f"the JobManager exited with status {cluster.jobmanager.returncode}")
+                _restart_jobmanager(cluster, folder, state)
     finally:
         cluster.stop()
         (folder / STATE).unlink(missing_ok=True)

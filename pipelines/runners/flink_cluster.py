@@ -13,10 +13,19 @@ so the child's pid is the JVM's), with its own configuration folder
 files and checkpoints. The JVMs get SIGTERM when the process that started
 them dies (Linux ``PR_SET_PDEATHSIG``), so an interrupted test leaves none
 behind; :meth:`FlinkSessionCluster.stop` ends them in order.
+
+With ``high_availability`` the cluster also runs a ZooKeeper server (the
+one Flink's distribution ships and starts with ``bin/zookeeper.sh``, so
+nothing more is downloaded) and Flink's ZooKeeper high availability: the
+JobManager keeps its jobs and their checkpoints in ZooKeeper and
+``high-availability.storageDir``, and a JobManager started again after a
+crash (:meth:`FlinkSessionCluster.restart_jobmanager`, what a supervisor
+does) takes the running jobs over from their last checkpoint.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -72,6 +81,9 @@ class FlinkSessionCluster:
         for ``--environment_type=EXTERNAL``): each TaskManager then gets its
         own Python worker process, so the job's Python runs on more than
         one core; LOOPBACK runs all of it in the submitting process.
+      high_availability: run ZooKeeper and Flink's ZooKeeper high
+        availability, its files under ``ha_dir`` (default: inside the
+        cluster's folder), so a restarted JobManager recovers the jobs.
       metrics_ports: a port range for Prometheus: the JobManager and each
         TaskManager serve Flink's metrics (Flink's Prometheus reporter) and
         each of the worker pool's Python workers serves scinol's
@@ -83,7 +95,8 @@ class FlinkSessionCluster:
                  flink_version: str | None = None, checkpoint_dir: str | Path | None = None,
                  taskmanager_memory: str = "3072m", jobmanager_memory: str = "1024m", restart_attempts: int = 10,
                  restart_delay: str = "5 s", conf: dict | None = None, startup_timeout: float = 180.0,
-                 keep_dir: bool = False, worker_pool: bool = False, metrics_ports: range | None = None):
+                 keep_dir: bool = False, worker_pool: bool = False, metrics_ports: range | None = None,
+                 high_availability: bool = False, ha_dir: str | Path | None = None):
         if taskmanagers < 1 or slots < 1:
             raise ValueError(f"a cluster needs at least 1 TaskManager with 1 slot, got {taskmanagers} x {slots}")
         self.taskmanagers_wanted, self.slots = taskmanagers, slots
@@ -105,6 +118,11 @@ class FlinkSessionCluster:
         self.metrics_ports = metrics_ports
         self.pool: subprocess.Popen | None = None
         self.pool_port: int | None = None
+        self.high_availability = high_availability
+        self.ha_dir = Path(ha_dir) if ha_dir else None
+        self.zookeeper: subprocess.Popen | None = None
+        self.zookeeper_port: int | None = None
+        self.jobmanager_starts = 0
 
     # ------------------------------------------------------------------ addresses
 
@@ -133,7 +151,10 @@ class FlinkSessionCluster:
         self.dir = Path(tempfile.mkdtemp(prefix="scinol-flink-"))
         try:
             self._write_conf()
+            if self.high_availability:
+                self._start_zookeeper()
             self.jobmanager = self._spawn("jobmanager", ["jobmanager.sh", "start-foreground"])
+            self.jobmanager_starts = 1
             ids = [self._start_taskmanager() for _ in range(self.taskmanagers_wanted)]
             if self.with_worker_pool:
                 self._start_worker_pool()
@@ -147,17 +168,9 @@ class FlinkSessionCluster:
     def stop(self, timeout: float = 30.0) -> None:
         """TaskManagers first, then the JobManager: SIGTERM, then SIGKILL after ``timeout``."""
         procs = list(self.taskmanagers.values()) + [p for p in (self.jobmanager, self.pool) if p is not None]
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for proc in procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self.taskmanagers, self.jobmanager, self.pool = {}, None, None
+        _terminate(procs, timeout)
+        _terminate([self.zookeeper] if self.zookeeper is not None else [], timeout)  # last: the others use it
+        self.taskmanagers, self.jobmanager, self.pool, self.zookeeper = {}, None, None, None
         if self.dir is not None and not self.keep_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -166,6 +179,68 @@ class FlinkSessionCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    # ------------------------------------------------------------------ JobManager
+
+    def restart_jobmanager(self, timeout: float = 120.0) -> int:
+        """Start the JobManager again after it died (a supervisor's job);
+        with high availability it takes the running jobs over from ZooKeeper.
+        Returns its pid once its REST endpoint answers."""
+        if self.jobmanager is not None and self.jobmanager.poll() is None:
+            raise FlinkClusterError(f"the JobManager (pid {self.jobmanager.pid}) is still running")
+        self.jobmanager_starts += 1
+        name = f"jobmanager-{self.jobmanager_starts}"
+        self.jobmanager = self._spawn(name, ["jobmanager.sh", "start-foreground"])
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.jobmanager.poll() is not None:
+                raise FlinkClusterError(f"Flink {name} exited with status {self.jobmanager.returncode} while "
+                                        f"starting{self._log_tail(name)}")
+            try:
+                self.rest("/overview", timeout=5.0, attempts=1)
+                return self.jobmanager.pid
+            except (urllib.error.URLError, OSError, ValueError):
+                if time.monotonic() > deadline:
+                    raise FlinkClusterError(f"the restarted JobManager did not answer at {self.rest_url} within "
+                                            f"{timeout:.0f} s{self._log_tail(name)}") from None
+            time.sleep(0.5)
+
+    def _start_zookeeper(self, timeout: float = 60.0) -> None:
+        """The distribution's ZooKeeper server (``bin/zookeeper.sh``, one
+        peer), answering on :attr:`zookeeper_port` before this returns."""
+        data = self._ha_root() / "zookeeper"
+        data.mkdir(parents=True, exist_ok=True)
+        (self.dir / "conf" / "zoo.cfg").write_text(
+            f"tickTime=2000\ninitLimit=10\nsyncLimit=5\ndataDir={data}\nclientPort={self.zookeeper_port}\n"
+            f"clientPortAddress={HOST}\nserver.1={HOST}:{_free_port()}:{_free_port()}\n")
+        self.zookeeper = self._spawn("zookeeper", ["zookeeper.sh", "start-foreground", "1"])
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.zookeeper.poll() is not None:
+                raise FlinkClusterError(f"ZooKeeper exited with status {self.zookeeper.returncode} while starting"
+                                        f"{self._log_tail('zookeeper')}")
+            try:
+                socket.create_connection((HOST, self.zookeeper_port), timeout=1.0).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise FlinkClusterError(f"ZooKeeper did not listen on {HOST}:{self.zookeeper_port} within "
+                                            f"{timeout:.0f} s{self._log_tail('zookeeper')}") from None
+            time.sleep(0.25)
+
+    def _ha_root(self) -> Path:
+        return self.ha_dir or self.dir / "ha"
+
+    def _ha_conf(self) -> dict:
+        """Flink's ZooKeeper high availability, under a cluster id of its own."""
+        if not self.high_availability:
+            return {}
+        self.zookeeper_port = self.zookeeper_port or _free_port()
+        root = self._ha_root().resolve()
+        return {"high-availability.type": "zookeeper",
+                "high-availability.zookeeper.quorum": f"{HOST}:{self.zookeeper_port}",
+                "high-availability.storageDir": (root / "storage").as_uri(),
+                "high-availability.cluster-id": "/scinol-" + hashlib.sha1(str(root).encode()).hexdigest()[:12]}
 
     # ------------------------------------------------------------------ TaskManagers
 
@@ -334,6 +409,7 @@ class FlinkSessionCluster:
             # starved of CPU on a busy 2-core machine is not taken for dead.
             "heartbeat.interval": 2000, "heartbeat.timeout": 20000,
             **self._reporter_conf(),
+            **self._ha_conf(),
             **self.extra_conf,
         }
         (self.dir / "conf" / "config.yaml").write_text(yaml.safe_dump(conf, default_flow_style=False))
@@ -365,6 +441,20 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
         else:
             flat[name] = value
     return flat
+
+
+def _terminate(procs: list, timeout: float) -> None:
+    """SIGTERM each process, then SIGKILL those still alive after ``timeout`` seconds in all."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _free_port() -> int:

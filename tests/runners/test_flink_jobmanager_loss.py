@@ -11,7 +11,6 @@ Kafka, two session clusters, ``scinol run`` as a process."""
 from __future__ import annotations
 
 import re
-import threading
 import time
 
 import pytest
@@ -19,7 +18,7 @@ import pytest
 from pipelines.records.topics import produce_events
 from pipelines.runners.flink_cluster import FlinkSessionCluster
 from pipelines.state.checkpoints import CheckpointStore
-from tests.support.flink import exactly_once_run, new_running_job, predictions_of
+from tests.support.flink import exactly_once_run, new_running_job, predictions_of, produce_slowly
 from tests.support.partitioned import PARTITIONS, check_one_model
 from tests.support.processes import reaped
 from tests.support.runs import toy_stream
@@ -35,18 +34,6 @@ def _log(path):
     return lambda: open(path).read()[-3000:]
 
 
-def _produce_slowly(bootstrap, topic, events, chunk=40, pause=0.4) -> threading.Thread:
-    """``events`` produced ``chunk`` at a time (a multiple of the partitions: event i stays on partition i % 4)."""
-    def produce():
-        for start in range(0, len(events), chunk):
-            produce_events(bootstrap, topic, events[start:start + chunk], partitions=PARTITIONS, progress=False)
-            time.sleep(pause)
-
-    thread = threading.Thread(target=produce, daemon=True)
-    thread.start()
-    return thread
-
-
 def test_a_killed_jobmanager_costs_no_prediction_and_writes_none_twice_from_the_retained_checkpoint(
         apache_kafka, flink_home, topic_name, tmp_path):
     bootstrap, n = apache_kafka.bootstrap, 2000
@@ -56,7 +43,7 @@ def test_a_killed_jobmanager_costs_no_prediction_and_writes_none_twice_from_the_
     with FlinkSessionCluster(taskmanagers=2, flink_home=flink_home, checkpoint_dir=checkpoints) as lost:
         with reaped(exactly_once_run(bootstrap, topic_name, tmp_path, lost.master, "before", *PLACED)) as first:
             job = new_running_job(lost, set(), 240)
-            producer = _produce_slowly(bootstrap, topic_name, events[40:])  # 20 s of events, mid-stream below
+            producer = produce_slowly(bootstrap, topic_name, events[40:])  # 20 s of events, mid-stream below
             wait_for(lambda: lost.completed_checkpoints(job) >= 2, 240, "two Flink checkpoints",
                      _log(tmp_path / "before.log"))
             time.sleep(1.0)  # half a checkpoint interval: predictions committed after the checkpoint

@@ -2,6 +2,8 @@
 
 import subprocess
 import sys
+import threading
+import time
 
 from pipelines.runners.options import job_server_args
 from tests.support.trialkit import read_topic
@@ -35,3 +37,18 @@ def exactly_once_run(bootstrap, topic, tmp_path, master, name, *extra) -> subpro
          "--predictions-topic", topic + ".pred", "--checkpoint-dir", str(tmp_path / "ckpt"), "--runner", "flink",
          "--flink-master", master, "--exactly-once", "--checkpointing-interval", "2000", *extra,
          "--", f"--job_name={name}"], stderr=err, stdin=subprocess.DEVNULL)
+
+
+def produce_slowly(bootstrap, topic, events, partitions=4, chunk=40, pause=0.4) -> threading.Thread:
+    """``events`` produced ``chunk`` at a time, ``pause`` seconds apart, in a
+    thread (a multiple of the partitions: event i stays on partition i % partitions)."""
+    from pipelines.records.topics import produce_events
+
+    def produce():
+        for start in range(0, len(events), chunk):
+            produce_events(bootstrap, topic, events[start:start + chunk], partitions=partitions, progress=False)
+            time.sleep(pause)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    return thread
