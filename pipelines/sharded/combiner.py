@@ -14,7 +14,7 @@ import numpy as np
 
 from learners.losses import loss_code, losses_of, prepare_labels
 from pipelines.kafka.spans import Chain
-from pipelines.records.columnar import EventRows, prediction_keys_of, prediction_values
+from pipelines.records.columnar import EventRows, event_timestamps_of, prediction_keys_of, prediction_values
 from pipelines.records.feedback import FeedbackColumns
 from pipelines.records.labels import PendingStore, Source, Waiting
 from pipelines.records.predictions import (ProgressiveMetrics, labelled_prediction, millis, prediction_key,
@@ -109,10 +109,13 @@ class Run:
     columns. ``values`` is None when the Predictions could not be encoded in
     one call: the step then encodes :attr:`predictions` one by one."""
 
-    __slots__ = ("keys", "values", "feedback", "_predictions")
+    __slots__ = ("keys", "values", "feedback", "_predictions", "event_ms")
 
-    def __init__(self, keys: list[bytes], values: list[bytes] | None, feedback: FeedbackColumns, predictions):
+    def __init__(self, keys: list[bytes], values: list[bytes] | None, feedback: FeedbackColumns, predictions,
+                 event_ms: np.ndarray | None = None):
         self.keys, self.values, self.feedback, self._predictions = keys, values, feedback, predictions
+        self.event_ms = event_ms
+        """The events' timestamps (ms), for the latency metric; None for a late label's prediction."""
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -289,8 +292,8 @@ class Combiner:
         values = None if encode_for is None else self._encoded(heads, versions, yhats, losses, now_ms, *encode_for)
         if self.predicted is not None:
             self._hold(ids, heads, versions, yhats, now_ms)
-        return Run(prediction_keys_of(heads), values, feedback, functools.partial(_prediction_records, self.loss, self.model, heads,
-                                                             versions, yhats, losses, now_ms))
+        records = functools.partial(_prediction_records, self.loss, self.model, heads, versions, yhats, losses, now_ms)
+        return Run(prediction_keys_of(heads), values, feedback, records, event_timestamps_of(heads))
 
     def _hold(self, ids: Strings, heads, versions, scores, now_ms: float) -> None:
         """Keep each unlabelled event's prediction for its label to come."""

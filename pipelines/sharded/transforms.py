@@ -396,6 +396,7 @@ class ShardStep(_Sharded, beam.DoFn):
         late = {"late_labels": True} if self.cfg.labels_topic else {}
         self.store.save_shard(model, seq, s, self.cfg.shards, coords, state,
                               {**header, **late, **self.learner.header()})
+        telemetry.checkpoint_written(model, seq)  # this shard's part of the cut at event ``seq``
 
 
 class CombineStep(_Sharded, beam.DoFn):
@@ -459,6 +460,7 @@ class CombineStep(_Sharded, beam.DoFn):
         for run in runs:
             self.predictions.produce_values(run.encoded(encode), keys=run.keys)
         n = sum(len(run) for run in runs)
+        self._telemetry(model, combiner, runs)
         combiner.cadence.since += n
         if combiner.predicted is not None:
             self._late_cuts(model, combiner, runs)
@@ -470,6 +472,20 @@ class CombineStep(_Sharded, beam.DoFn):
         self._send_feedback(model, runs)
         self.predicted.inc(n)
         telemetry.count("predictions", n, model=model)
+
+    @staticmethod
+    def _telemetry(model: str, combiner: Combiner, runs) -> None:
+        """The prediction latencies and the progressive loss, as exact mode serves them."""
+        if not telemetry.serving():
+            return
+        for run in runs:
+            if run.event_ms is not None:
+                telemetry.latencies(model, run.event_ms)
+        metrics = combiner.metrics
+        if metrics.labelled:
+            telemetry.gauge("progressive_loss", metrics.mean_loss, model=model)
+            if metrics.accuracy is not None:
+                telemetry.gauge("progressive_accuracy", metrics.accuracy, model=model)
 
     def _send_feedback(self, model: str, runs) -> None:
         """One FeedbackBatch message per batch (two or more for a very wide model)."""

@@ -70,6 +70,26 @@ def test_a_bounded_run_serves_its_counts_by_model_partition_and_reason(tansu_boo
 
 @pytest.mark.kafka
 @pytest.mark.slow
+def test_a_sharded_run_serves_the_same_names_as_exact_mode(tansu_bootstrap, topic_name, tmp_path, metrics_off):
+    """Sharded mode (K = 2): the combine step serves the latency histogram
+    and the progressive loss, and each shard's checkpoint its time."""
+    _, _, events = toy_stream(300)
+    produce_events(tansu_bootstrap, topic_name, events, partitions=1, progress=False)
+    started = time.time()
+    assert _run(tansu_bootstrap, topic_name, tmp_path, "--bounded", "--metrics-port", "0", "--shards", "2",
+                "--checkpoint-every", "100") == 0
+    samples = scrape()
+    assert total(samples, "scinol_predictions_total", model="default") == 300
+    assert total(samples, "scinol_prediction_latency_seconds_count", model="default") == 300
+    assert 365 * 86400 < total(samples, "scinol_prediction_latency_seconds_sum", model="default") / 300
+    assert 0 < total(samples, "scinol_progressive_loss", model="default") < 1
+    assert 0.5 < total(samples, "scinol_progressive_accuracy_ratio", model="default") <= 1
+    assert started <= total(samples, "scinol_last_checkpoint_timestamp_seconds", model="default") <= time.time()
+    assert total(samples, "scinol_checkpoint_events", model="default") in (100, 200, 300)
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
 def test_a_prometheus_server_scrapes_an_unbounded_run_to_its_end(tansu_bootstrap, topic_name, tmp_path,
                                                                   metrics_off, prometheus_binary):
     """Prometheus scrapes while the run goes on (every second), and PromQL
