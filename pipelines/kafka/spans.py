@@ -140,6 +140,11 @@ class Chain:
         self.changed = False
         """Whether the waiting batches changed since the owner last cleared this."""
 
+    def __setstate__(self, state: dict) -> None:
+        # A Chain kept in a runner's state by an earlier release (a savepoint
+        # taken before an upgrade) lacks the attributes added since.
+        self.__dict__.update({"split": None, "runs": None, **state})
+
     def __len__(self) -> int:
         """How many batches wait."""
         return sum(map(len, self.waiting.values())) + sum(map(len, self.markers.values()))

@@ -1,6 +1,8 @@
 """Stop, upgrade, resume: ``scinol flink stop JOB --savepoint DIR`` stops an
-exactly-once run on a Flink session cluster with a savepoint, and ``scinol
-run --from-savepoint`` carries it on, at another parallelism: every
+exactly-once run of an earlier release of scinol (:data:`PREVIOUS`, taken
+from this clone's git history) on a Flink session cluster with a
+savepoint, and this version's ``scinol run --from-savepoint`` carries it
+on, at another parallelism: every
 prediction written once (read_committed), and the model, which reads four
 partitions in whatever order they come, the single-process learner's to
 the bit over the order it applied the events in. A resume Flink cannot map (here: to parallelism 1,
@@ -10,18 +12,26 @@ run`` as a process."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 
 import pytest
 
 from pipelines.cli.main import main
 from pipelines.records.topics import produce_events
 from pipelines.state.checkpoints import CheckpointStore
-from tests.support.flink import exactly_once_run, predictions_of
+from tests.support.flink import exactly_once_run, predictions_of, released_code
 from tests.support.partitioned import PARTITIONS, check_one_model
 from tests.support.runs import toy_stream
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.flink, pytest.mark.kafka, pytest.mark.slow]
+
+PREVIOUS = "8acc8624325a54c6e730591d249f96a480d3ffd0"
+"""The last release before the order journal of --exactly-once (its state
+has no ``applied_ms``; it writes no journal): an upgrade across a change
+of the model's state."""
 
 
 def _log(path):
@@ -32,13 +42,18 @@ def _running(cluster, name: str) -> str | None:
     return next((j["jid"] for j in cluster.jobs() if j["name"] == name and j["state"] == "RUNNING"), None)
 
 
-def test_a_run_stopped_with_a_savepoint_resumes_at_another_parallelism_writing_each_prediction_once(
+def test_a_run_of_the_previous_release_stopped_with_a_savepoint_resumes_upgraded_at_another_parallelism(
         apache_kafka, flink_cluster, topic_name, tmp_path, capsys):
     bootstrap, master, n = apache_kafka.bootstrap, flink_cluster.master, 2000
     X, y, events = toy_stream(n)
     produce_events(bootstrap, topic_name, events[:1200], partitions=PARTITIONS, progress=False)
+    previous = released_code(PREVIOUS, tmp_path / "previous")
+    imported = subprocess.run([sys.executable, "-c", "import pipelines.exact.model_runner as m; print(m.__file__)"],
+                              cwd=previous, env={**os.environ, "PYTHONPATH": str(previous)}, capture_output=True,
+                              text=True, timeout=120)
+    assert imported.stdout.strip().startswith(str(previous)), imported  # the job below runs that release
     first = exactly_once_run(bootstrap, topic_name, tmp_path, master, "before", "--parallelism", "2",
-                        "--checkpoint-every", str(n))
+                             "--checkpoint-every", str(n), code=previous)
     try:
         wait_for(lambda: _running(flink_cluster, "before"), 240, "the first job", _log(tmp_path / "before.log"))
         job = _running(flink_cluster, "before")

@@ -1,9 +1,11 @@
 """The Beam flags, runs and readings the Flink tests share."""
 
+import os
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from pipelines.runners.options import job_server_args
 from tests.support.trialkit import read_topic
@@ -28,15 +30,31 @@ def new_running_job(cluster, before: set, timeout: float = 180.0) -> str:
     return found[0]
 
 
-def exactly_once_run(bootstrap, topic, tmp_path, master, name, *extra) -> subprocess.Popen:
+def exactly_once_run(bootstrap, topic, tmp_path, master, name, *extra, code=None) -> subprocess.Popen:
     """``scinol run --exactly-once`` on the session cluster at ``master`` as
-    a process, its Beam job named ``name`` and its stderr in tmp_path/<name>.log."""
+    a process, its Beam job named ``name`` and its stderr in tmp_path/<name>.log;
+    ``code``: a folder with another version of the project to run instead
+    (with LOOPBACK its Python steps run in that process, so all of the job
+    is that version)."""
     err = open(tmp_path / f"{name}.log", "w")
+    env = None if code is None else {**os.environ, "PYTHONPATH": str(code)}
     return subprocess.Popen(
         [sys.executable, "-m", "pipelines.cli", "run", "--bootstrap", bootstrap, "--topic", topic,
          "--predictions-topic", topic + ".pred", "--checkpoint-dir", str(tmp_path / "ckpt"), "--runner", "flink",
          "--flink-master", master, "--exactly-once", "--checkpointing-interval", "2000", *extra,
-         "--", f"--job_name={name}"], stderr=err, stdin=subprocess.DEVNULL)
+         "--", f"--job_name={name}"], stderr=err, stdin=subprocess.DEVNULL, cwd=code, env=env)
+
+
+def released_code(commit: str, into) -> Path:
+    """The project as it was at ``commit`` (from this clone's history), unpacked into ``into``."""
+    repo = Path(__file__).resolve().parents[2]
+    into = Path(into)
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(repo), "archive", commit], capture_output=True, timeout=120)
+    assert archive.returncode == 0, (f"commit {commit} is not in the history of {repo} (a shallow clone?): "
+                                     f"{archive.stderr.decode(errors='replace')[-500:]}")
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True, timeout=120)
+    return into
 
 
 def produce_slowly(bootstrap, topic, events, partitions=4, chunk=40, pause=0.4) -> threading.Thread:
