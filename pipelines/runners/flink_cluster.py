@@ -15,8 +15,8 @@ them dies (Linux ``PR_SET_PDEATHSIG``), so an interrupted test leaves none
 behind; :meth:`FlinkSessionCluster.stop` ends them in order.
 
 With ``high_availability`` the cluster also runs a ZooKeeper server (the
-one Flink's distribution ships and starts with ``bin/zookeeper.sh``, so
-nothing more is downloaded) and Flink's ZooKeeper high availability: the
+one Flink's distribution ships, ``FlinkZooKeeperQuorumPeer``, so nothing
+more is downloaded) and Flink's ZooKeeper high availability: the
 JobManager keeps its jobs and their checkpoints in ZooKeeper and
 ``high-availability.storageDir``, and a JobManager started again after a
 crash (:meth:`FlinkSessionCluster.restart_jobmanager`, what a supervisor
@@ -206,14 +206,18 @@ class FlinkSessionCluster:
             time.sleep(0.5)
 
     def _start_zookeeper(self, timeout: float = 60.0) -> None:
-        """The distribution's ZooKeeper server (``bin/zookeeper.sh``, one
-        peer), answering on :attr:`zookeeper_port` before this returns."""
+        """The distribution's ZooKeeper server (what ``bin/zookeeper.sh``
+        starts, one peer), answering on :attr:`zookeeper_port` before this returns."""
         data = self._ha_root() / "zookeeper"
         data.mkdir(parents=True, exist_ok=True)
         (self.dir / "conf" / "zoo.cfg").write_text(
             f"tickTime=2000\ninitLimit=10\nsyncLimit=5\ndataDir={data}\nclientPort={self.zookeeper_port}\n"
             f"clientPortAddress={HOST}\nserver.1={HOST}:{_free_port()}:{_free_port()}\n")
-        self.zookeeper = self._spawn("zookeeper", ["zookeeper.sh", "start-foreground", "1"])
+        # bin/zookeeper.sh runs the JVM as a grandchild (it does not exec), which
+        # stopping the script would leave behind: start what it starts directly.
+        self.zookeeper = self._spawn("zookeeper", ["flink-console.sh", "zookeeper", "--zkConfigFile",
+                                                   str(self.dir / "conf" / "zoo.cfg"), "--peerId", "1"],
+                                     {"JVM_ARGS": "-Xms128m -Xmx256m -Dzookeeper.jmx.log4j.disable=true"})
         deadline = time.monotonic() + timeout
         while True:
             if self.zookeeper.poll() is not None:
