@@ -1,4 +1,4 @@
-"""``scinol bench accuracy``, ``throughput`` and ``scaling``: the command-line
+"""``scinol bench accuracy``, ``throughput``, ``scaling`` and ``soak``: the command-line
 side; the benchmarks themselves are in :mod:`pipelines.bench`."""
 
 from __future__ import annotations
@@ -71,6 +71,16 @@ def add_parser(sub) -> None:
                                         "events/s, CPU per event, spread",
                         description="Needs root (CPU control groups). Prints a table; --json writes the figures.")
     add_arguments(s)
+
+    from pipelines.bench.soak import add_arguments as add_soak_arguments
+
+    k = bsub.add_parser("soak", help="an unbounded run on a Flink session cluster at a fixed offered rate with "
+                                     "checkpoints: a row a minute (events/s, latency, lag, checkpoint, RSS of "
+                                     "every process), then whether memory and checkpoint size stayed flat",
+                        description="Starts Apache Kafka, a Flink session cluster and `scinol run --runner flink`, "
+                                    "offers --rate events/s for --minutes; prints a row per --row-seconds and a "
+                                    "verdict; --json writes the figures. Not a test: 30 minutes by default.")
+    add_soak_arguments(k)
 
 
 def _positive(args, names) -> None:
@@ -191,6 +201,13 @@ def run(args) -> int:
         if why is not None:
             raise UsageError(f"bench scaling: {why}")
         return run_scaling(args)
+    if args.bench_command == "soak":
+        from pipelines.bench.soak import check as check_soak, run_soak
+
+        why = check_soak(args)
+        if why is not None:
+            raise UsageError(f"bench soak: {why}")
+        return run_soak(args)
     from pipelines.bench.throughput import run_throughput
 
     _positive(args, ["rows", "sparse_rows", "repeats", "learn_rows", "learn_sparse_rows", "pipeline_events", "pipeline_sparse_events"])
