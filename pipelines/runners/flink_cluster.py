@@ -191,19 +191,26 @@ class FlinkSessionCluster:
         self.jobmanager_starts += 1
         name = f"jobmanager-{self.jobmanager_starts}"
         self.jobmanager = self._spawn(name, ["jobmanager.sh", "start-foreground"])
+        self._wait_answering(self.jobmanager, name, lambda: self.rest("/overview", timeout=5.0, attempts=1),
+                             f"at {self.rest_url}", timeout)
+        return self.jobmanager.pid
+
+    def _wait_answering(self, proc: subprocess.Popen, name: str, probe, where: str, timeout: float) -> None:
+        """Until ``probe()`` stops raising (OSError, ValueError); FlinkClusterError
+        with the log's tail if ``proc`` exits first or ``timeout`` passes."""
         deadline = time.monotonic() + timeout
         while True:
-            if self.jobmanager.poll() is not None:
-                raise FlinkClusterError(f"Flink {name} exited with status {self.jobmanager.returncode} while "
-                                        f"starting{self._log_tail(name)}")
+            if proc.poll() is not None:
+                raise FlinkClusterError(f"{name} exited with status {proc.returncode} while starting"
+                                        f"{self._log_tail(name)}")
             try:
-                self.rest("/overview", timeout=5.0, attempts=1)
-                return self.jobmanager.pid
+                probe()
+                return
             except (urllib.error.URLError, OSError, ValueError):
                 if time.monotonic() > deadline:
-                    raise FlinkClusterError(f"the restarted JobManager did not answer at {self.rest_url} within "
-                                            f"{timeout:.0f} s{self._log_tail(name)}") from None
-            time.sleep(0.5)
+                    raise FlinkClusterError(f"{name} did not answer {where} within {timeout:.0f} s"
+                                            f"{self._log_tail(name)}") from None
+            time.sleep(0.25)
 
     def _start_zookeeper(self, timeout: float = 60.0) -> None:
         """The distribution's ZooKeeper server (what ``bin/zookeeper.sh``
@@ -218,19 +225,9 @@ class FlinkSessionCluster:
         self.zookeeper = self._spawn("zookeeper", ["flink-console.sh", "zookeeper", "--zkConfigFile",
                                                    str(self.dir / "conf" / "zoo.cfg"), "--peerId", "1"],
                                      {"JVM_ARGS": "-Xms128m -Xmx256m -Dzookeeper.jmx.log4j.disable=true"})
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.zookeeper.poll() is not None:
-                raise FlinkClusterError(f"ZooKeeper exited with status {self.zookeeper.returncode} while starting"
-                                        f"{self._log_tail('zookeeper')}")
-            try:
-                socket.create_connection((HOST, self.zookeeper_port), timeout=1.0).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise FlinkClusterError(f"ZooKeeper did not listen on {HOST}:{self.zookeeper_port} within "
-                                            f"{timeout:.0f} s{self._log_tail('zookeeper')}") from None
-            time.sleep(0.25)
+        self._wait_answering(self.zookeeper, "zookeeper",
+                             lambda: socket.create_connection((HOST, self.zookeeper_port), timeout=1.0).close(),
+                             f"on {HOST}:{self.zookeeper_port}", timeout)
 
     def _ha_root(self) -> Path:
         return self.ha_dir or self.dir / "ha"
