@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from pipelines.kafka.apache_cluster import ApacheKafkaCluster
 from pipelines.kafka.transactions import TransactionalOutput
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -44,8 +45,12 @@ def _read_all(bootstrap: str, topic: str, expected: int, timeout: float = 60.0) 
 def test_new_topics_are_replicated_on_three_nodes_with_two_in_sync_required(cluster, topic_name):
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(topic_name, 2)])[topic_name].result(30)
-    partitions = admin.list_topics(topic_name, timeout=10).topics[topic_name].partitions
-    assert [sorted(p.replicas) for p in partitions.values()] == [[1, 2, 3], [1, 2, 3]]
+
+    def partitions():  # the broker answering may learn of the new topic a moment after it is created
+        return admin.list_topics(topic_name, timeout=10).topics[topic_name].partitions
+
+    wait_for(lambda: len(partitions()) == 2, 30, f"the metadata of {topic_name} to list its 2 partitions")
+    assert [sorted(p.replicas) for p in partitions().values()] == [[1, 2, 3], [1, 2, 3]]
     config = admin.describe_configs([ConfigResource("topic", topic_name)])
     (described,) = config.values()
     assert described.result(30)["min.insync.replicas"].value == "2"
