@@ -314,11 +314,7 @@ def run_trial(bootstrap: str, name: str, faults: list[Fault], stream: Stream, wo
                            timeout=300)
         with open(final_log) as f:
             result.fallback_warnings = f.read().count("skipping checkpoint")
-        written, reordered = _stream_as_written(bootstrap, topic, stream)
-        if reordered:  # the pipeline learns the topic's order; the feeder's, not the pipeline's, doing
-            result.notes.append(f"the feeder's records landed out of order, learned as written: {reordered}")
-            references = None
-        _verify(bootstrap, topic, ckpt_dir, written, references or reference_learners(written), result)
+        _verify_as_written(bootstrap, topic, ckpt_dir, stream, references, result)
     except Exception as exc:  # noqa: BLE001 - a trial reports, the caller asserts
         result.errors.append(f"{type(exc).__name__}: {exc}")
     result.seconds = time.monotonic() - start
@@ -330,6 +326,19 @@ def same_state(a, b) -> bool:
     return (set(sa.arrays) == set(sb.arrays) and sa.scalars == sb.scalars
             and all(sa.arrays[k].shape == sb.arrays[k].shape and np.array_equal(sa.arrays[k], sb.arrays[k])
                     for k in sa.arrays))
+
+
+def _verify_as_written(bootstrap, topic, ckpt_dir, stream: Stream, references: dict | None,
+                       result: TrialResult) -> None:
+    """:func:`_verify` against the stream as the topic holds it: the pipeline
+    learns the topic's order, and a feeder's retry may have moved records
+    (noted; ``references``, learned from ``stream``, then do not apply)."""
+    written, reordered = _stream_as_written(bootstrap, topic, stream)
+    if reordered:
+        result.notes.append(f"the feeder's records landed out of order, learned as written: {reordered}")
+    if reordered or references is None:
+        references = reference_learners(written)
+    _verify(bootstrap, topic, ckpt_dir, written, references, result)
 
 
 def _verify(bootstrap, topic, ckpt_dir, stream: Stream, references: dict, result: TrialResult) -> None:
@@ -498,10 +507,7 @@ def run_broker_fault_trial(kind: str, seconds: float, stream: Stream, work: str,
             result.notes.append(f"{text.count('broker trouble')} broker-trouble and {text.count('has not acknowledged')}"
                                 f" delivery-wait warnings, {text.count('working again')} recoveries reported")
             result.fallback_warnings = reports
-            written, reordered = _stream_as_written(broker.bootstrap, topic, stream)
-            if reordered:
-                result.notes.append(f"the feeder's records landed out of order, learned as written: {reordered}")
-            _verify(broker.bootstrap, topic, ckpt_dir, written, reference_learners(written), result)
+            _verify_as_written(broker.bootstrap, topic, ckpt_dir, stream, None, result)
     except Exception as exc:  # noqa: BLE001
         result.errors.append(f"{type(exc).__name__}: {exc}")
     result.seconds = time.monotonic() - start
