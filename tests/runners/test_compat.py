@@ -2,19 +2,23 @@
 the pinned Beam (a Beam upgrade fails here, naming the adjustment); the
 step-time sampler no longer holds a bundle's end for up to 200 ms; the
 FnApiRunner's metrics do not grow with its bundles, so a long run keeps its
-memory and can read its counters."""
+memory and can read its counters; the state cache weighs values as Beam does
+without walking every module each time."""
 
 import logging
 import re
+import sys
 import time
+import types
 from pathlib import Path
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.metrics import Metrics, MetricsFilter
 from apache_beam.metrics.cells import GaugeData
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.runners.worker import statesampler
+from apache_beam.runners.worker import statecache, statesampler
 from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.utils.counters import CounterFactory
 
@@ -231,3 +235,34 @@ def test_several_live_workers_under_an_id_none_hung_up_are_all_left_running(tmp_
         for runner in ("tm-c", "tm-d"):
             (tmp_path / f"{runner}.hangup").touch()
         server.stop(0)
+
+
+class _Kept:
+    """A kept object as a stateful step's cache holds one: arrays, bytes, a
+    dictionary, and a function whose globals (a module's) must not count."""
+
+    def __init__(self):
+        self.rows = np.arange(1000.0)
+        self.pickled = b"x" * 300
+        self.index = {"a": [1, 2, 3], "b": (4.0, "five")}
+        self.weigh = np.sum
+
+
+def test_cached_state_weighs_as_beam_weighs_it_without_walking_every_module_each_time(monkeypatch):
+    from objsize import traverse
+
+    from pipelines.runners import compat
+
+    beam_weight = statecache.get_deep_size
+    assert compat.size_cached_state_quickly()
+    assert statecache.get_deep_size is compat._deep_size
+    values = [[], [b"abc" * 100], [_Kept()], [_Kept(), _Kept()], [(1, 2, "x")] * 3, [compat], [{"k": _Kept()}]]
+    assert [compat._deep_size(v) for v in values] == [beam_weight(v) for v in values]
+    walks = []
+    monkeypatch.setattr(traverse, "_iter_modules_globals", lambda: walks.append(1) or iter(()))
+    compat._deep_size([b"x"]), compat._deep_size([b"y"])
+    assert walks == []  # objsize's own walk is not taken
+    monkeypatch.setitem(sys.modules, "scinol_test_new_module", types.ModuleType("scinol_test_new_module"))
+    before = compat._module_globals[1]
+    compat._deep_size([b"z"])
+    assert len(compat._module_globals[1]) == len(before) + 1  # a newly imported module's globals are left out too
