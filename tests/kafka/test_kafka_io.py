@@ -558,3 +558,45 @@ def test_an_unbounded_read_lingers_at_the_end_after_a_batch_when_its_rule_asks(k
         assert got == list(range(11)) and took >= 0.5 + linger
     else:
         assert got == list(range(10)) and took < 0.5
+
+
+def test_an_idle_partition_does_not_wait_while_another_partition_of_the_read_is_busy(kafka_bootstrap, topic_name):
+    """The calls of one read instance run one after another: an idle
+    partition's wait for its first message would hold back a busy one (in
+    sharded mode, the feedback beside idle events). It waits only when every
+    partition it reads beside is idle too, so an idle read does not spin."""
+    from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+    from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
+    from apache_beam.runners.sdf_utils import RestrictionTrackerView, ThreadsafeRestrictionTracker
+
+    from pipelines.beam_io.partition_fn import PartitionSpec, UnboundedReadPartitionFn
+    from pipelines.kafka.consumer import UNBOUNDED_STOP
+
+    _create_topic(kafka_bootstrap, topic_name, partitions=2)
+    _produce(kafka_bootstrap, topic_name, [0, 2, 4, 6], partitions=2)  # all on partition 0; 1 stays empty
+
+    class Finalizer:
+        def register(self, cb):
+            pass
+
+    poll_timeout = 2.0
+    fn = UnboundedReadPartitionFn(kafka_bootstrap, None, None, max_batch=100, poll_timeout=poll_timeout,
+                                  checkpoint_seconds=30, unbounded=True)
+    fn.setup()
+    waits = []
+    idle = fn._reader(topic_name, 1, 0)
+    real_poll = idle.poll
+    idle.poll = lambda want, timeout: waits.append(timeout) or real_poll(want, timeout)
+
+    def call(partition, start):
+        tracker = ThreadsafeRestrictionTracker(OffsetRestrictionTracker(OffsetRange(start, UNBOUNDED_STOP)))
+        spec = PartitionSpec(topic_name, partition, start, UNBOUNDED_STOP)
+        out = list(fn.process(spec, Finalizer(), RestrictionTrackerView(tracker), ManualWatermarkEstimator(None)))
+        return [m.offset for o in out for m in _batch(o)]
+
+    assert call(1, 0) == [] and waits and waits[0] == poll_timeout  # alone and idle: it waits as before
+    assert call(0, 0) == [0, 1, 2, 3]
+    del waits[:]
+    assert call(1, 0) == []
+    assert waits and set(waits) == {0.0}  # partition 0 just emitted: partition 1 defers without waiting
+    fn.teardown()
