@@ -176,7 +176,9 @@ def flink_args(opts: RunnerOptions, job_server_jar=None) -> list[str]:
     jar = job_server_jar or provision_flink_job_server(DEFAULT_FLINK_VERSION)
     interval = opts.checkpointing_interval or DEFAULT_CHECKPOINTING_INTERVAL_MS
     args = ["--runner=FlinkRunner", f"--flink_master={opts.flink_master or LOCAL}", *job_server_args(jar),
-            *environment_args(opts.worker_pool)]
+            *environment_args(opts.worker_pool),
+            # Beam runs `pip freeze` at every submission (1-4 s here) only to log the submitter's packages
+            "--experiments=disable_logging_submission_environment"]
     if opts.execution_mode != "batch":
         args.append("--streaming")
     if not opts.bounded:

@@ -5,7 +5,7 @@ the jar and binary paths are given, so nothing is provisioned."""
 from __future__ import annotations
 
 import pytest
-from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DebugOptions, FlinkRunnerOptions, PipelineOptions, StandardOptions
 
 from pipelines.cli.main import build_parser, main
 from pipelines.provision.flink import DEFAULT_FLINK_VERSION
@@ -36,14 +36,15 @@ def test_unbounded_flink_streams_with_checkpoints_and_a_restart_strategy(cache):
     (launcher,) = (cache / "flink-job-server").glob("java-bound-to-parent-*")
     assert args == ["--runner=FlinkRunner", "--flink_master=localhost:8081", f"--flink_version={DEFAULT_FLINK_VERSION}",
                     f"--flink_job_server_jar={JAR}", f"--job_server_java_launcher={launcher}",
-                    "--environment_type=LOOPBACK", "--streaming",
-                    "--checkpointing_interval=2000", "--finish_bundle_before_checkpointing",
+                    "--environment_type=LOOPBACK", "--experiments=disable_logging_submission_environment",
+                    "--streaming", "--checkpointing_interval=2000", "--finish_bundle_before_checkpointing",
                     "--externalized_checkpoints_enabled", "--retain_externalized_checkpoints_on_cancellation",
                     "--number_of_execution_retries=30", "--execution_retry_delay=3000", "--parallelism=2"]
     options = PipelineOptions(args)
     assert options.view_as(StandardOptions).runner == "FlinkRunner" and options.view_as(StandardOptions).streaming
     assert options.view_as(FlinkRunnerOptions).flink_master == "localhost:8081"
     assert options.view_as(FlinkRunnerOptions).parallelism == 2
+    assert options.view_as(DebugOptions).lookup_experiment("disable_logging_submission_environment")
 
 
 def test_flink_defaults_to_the_embedded_cluster_and_ten_second_checkpoints():
