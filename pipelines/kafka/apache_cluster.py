@@ -18,6 +18,9 @@ from pipelines.kafka.apache_broker import DEFAULT_HEAP, ApacheKafkaBroker, Quoru
 from pipelines.kafka.broker import DEFAULT_HOST, BrokerError, free_port
 from pipelines.provision.kafka import DEFAULT_KAFKA_VERSION, provision_kafka
 
+LAST_NODE_STOP_SECONDS = 3.0
+"""The last node's SIGTERM-to-SIGKILL wait in :meth:`ApacheKafkaCluster.stop` (see there)."""
+
 
 def cluster_settings(replication: int) -> dict:
     """Defaults of a cluster of ``replication`` or more nodes."""
@@ -74,8 +77,12 @@ class ApacheKafkaCluster:
         return self.bootstrap
 
     def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
+        """Stop every node and delete its data. One by one, so each shuts
+        down in order while the others keep the controller quorum; the last
+        one left has no quorum to shut down with and would wait out its whole
+        timeout (30 s), so it gets 3 s before SIGKILL: its data goes anyway."""
+        for i, node in enumerate(self.nodes):
+            node.stop(timeout=LAST_NODE_STOP_SECONDS if i == len(self.nodes) - 1 else 30.0)
 
     def node(self, node_id: int) -> ApacheKafkaBroker:
         return self.nodes[node_id - 1]
