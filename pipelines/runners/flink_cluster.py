@@ -50,6 +50,8 @@ message into direct buffers, and with Flink's default (none; about 240 MB
 of direct memory in all) a wide model's state writes (tens of MB each)
 exhausted it: "Cannot reserve 2097152 bytes of direct buffer memory", the
 worker's channels closed and the job restarted again and again."""
+ZOOKEEPER_SESSION_MS = 15_000
+"""The JobManagers' ZooKeeper session timeout under high availability (see ``_ha_conf``)."""
 
 
 class FlinkClusterError(RuntimeError):
@@ -241,7 +243,10 @@ class FlinkSessionCluster:
         return {"high-availability.type": "zookeeper",
                 "high-availability.zookeeper.quorum": f"{HOST}:{self.zookeeper_port}",
                 "high-availability.storageDir": (root / "storage").as_uri(),
-                "high-availability.cluster-id": "/scinol-" + hashlib.sha1(str(root).encode()).hexdigest()[:12]}
+                "high-availability.cluster-id": "/scinol-" + hashlib.sha1(str(root).encode()).hexdigest()[:12],
+                # A new JobManager leads once the killed one's ZooKeeper session expires: Flink asks for 60 s
+                # (ZooKeeper grants 40 at most with tickTime 2000); 15 s still outlasts a long GC pause.
+                "high-availability.zookeeper.client.session-timeout": str(ZOOKEEPER_SESSION_MS)}
 
     # ------------------------------------------------------------------ TaskManagers
 
