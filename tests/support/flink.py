@@ -1,12 +1,14 @@
 """The Beam flags, runs and readings the Flink tests share."""
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+from learners.jit import sources_digest
 from pipelines.runners.options import job_server_args
 from tests.support.trialkit import read_topic
 from tests.support.waiting import wait_for
@@ -54,7 +56,45 @@ def released_code(commit: str, into) -> Path:
     assert archive.returncode == 0, (f"commit {commit} is not in the history of {repo} (a shallow clone?): "
                                      f"{archive.stderr.decode(errors='replace')[-500:]}")
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True, timeout=120)
+    _reuse_compiled_kernels(repo, into)
     return into
+
+
+def _reuse_compiled_kernels(repo: Path, into: Path) -> None:
+    """Numba's cache of this clone's kernels, copied to the unpacked release
+    for each folder whose Python files are byte for byte this clone's, and
+    learners/ too (every kernel inlines from it); else it compiles them all
+    again (about 2 minutes on 2 busy cores). Numba checks a cache against its
+    source file's time and size, so the release's copies get this clone's times."""
+    def same_sources(folder: Path) -> bool:
+        ours = {p.name: p.read_bytes() for p in (repo / folder).glob("*.py")}
+        theirs = {p.name: p.read_bytes() for p in (into / folder).glob("*.py")}
+        return ours == theirs
+
+    if not same_sources(Path("learners")):
+        return
+    for cache in sorted({p.parent for p in repo.glob("**/__pycache__/*.nbi") if ".git" not in p.parts}):
+        folder = cache.parent.relative_to(repo)
+        if not same_sources(folder):
+            continue
+        for source in (repo / folder).glob("*.py"):
+            os.utime(into / folder / source.name, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns))
+        (into / folder / "__pycache__").mkdir(exist_ok=True)
+        for cached in cache.iterdir():
+            if cached.suffix in (".nbi", ".nbc"):
+                shutil.copy2(cached, into / folder / "__pycache__" / cached.name)
+            elif cached.name.endswith(".sources.sha256"):  # learners.jit's stamp: it names the sources' paths
+                module = cached.name.split(".")[0]
+                if cached.read_text() == _cache_stamp(repo / folder, module):
+                    (into / folder / "__pycache__" / cached.name).write_text(_cache_stamp(into / folder, module))
+
+
+def _cache_stamp(folder: Path, module: str) -> str | None:
+    """The stamp learners.jit keeps ``module``'s cache under (its
+    ``_drop_stale_cache``; the same code in both trees, whose learners/ agree)."""
+    names = sorted(n for n in os.listdir(folder)
+                   if n in (f"{module}.py", "losses.py", "codes.py") or n.startswith("math_") and n.endswith(".py"))
+    return sources_digest([os.path.join(folder, n) for n in names])
 
 
 def produce_slowly(bootstrap, topic, events, partitions=4, chunk=40, pause=0.4) -> threading.Thread:
