@@ -1,7 +1,7 @@
 """The loss of a JobManager without high availability: ``kill -9`` of a
 session cluster's JobManager under an exactly-once run takes the job with
-it; a new cluster over the same checkpoint folder and ``scinol run
---from-checkpoint`` carry the run on from its last retained checkpoint:
+it; another cluster given the checkpoint folder by ``scinol run
+--from-checkpoint`` carries the run on from its last retained checkpoint:
 every prediction written once (read_committed), and the one model over
 four partitions the single-process learner's to the bit over the order its
 predictions were committed in (what it had committed after the checkpoint
@@ -35,7 +35,7 @@ def _log(path):
 
 
 def test_a_killed_jobmanager_costs_no_prediction_and_writes_none_twice_from_the_retained_checkpoint(
-        apache_kafka, flink_home, topic_name, tmp_path):
+        apache_kafka, flink_home, flink_cluster, topic_name, tmp_path):
     bootstrap, n = apache_kafka.bootstrap, 2000
     X, y, events = toy_stream(n)  # one model, "default"; event i on partition i % 4
     produce_events(bootstrap, topic_name, events[:40], partitions=PARTITIONS, progress=False)
@@ -59,13 +59,14 @@ def test_a_killed_jobmanager_costs_no_prediction_and_writes_none_twice_from_the_
     producer.join(120)
     assert not producer.is_alive()
 
-    with FlinkSessionCluster(taskmanagers=2, flink_home=flink_home, checkpoint_dir=checkpoints) as cluster:
-        with reaped(exactly_once_run(bootstrap, topic_name, tmp_path, cluster.master, "after", *PLACED,
-                                     "--from-checkpoint", str(checkpoints))):
-            store = CheckpointStore(str(tmp_path / "ckpt"))
-            wait_for(lambda: (c := store.latest("default")) is not None and c.event_count == n, 300,
-                     f"the model's checkpoint at its event {n}", _log(tmp_path / "after.log"))
-            cluster.cancel_live_jobs()
+    # the session's cluster, already up: another cluster, to which the lost one's checkpoint is just a folder
+    cluster = flink_cluster
+    with reaped(exactly_once_run(bootstrap, topic_name, tmp_path, cluster.master, "after", *PLACED,
+                                 "--from-checkpoint", str(checkpoints))):
+        store = CheckpointStore(str(tmp_path / "ckpt"))
+        wait_for(lambda: (c := store.latest("default")) is not None and c.event_count == n, 300,
+                 f"the model's checkpoint at its event {n}", _log(tmp_path / "after.log"))
+        cluster.cancel_live_jobs()
     log = open(tmp_path / "after.log").read()
     restored = [int(k) for k in re.findall(r"model 'default' restored from the runner's state \((\d+) events", log)]
     assert len(restored) == 1 and 0 < restored[0] < n, log[-3000:]  # the checkpoint's model, lost mid-stream
