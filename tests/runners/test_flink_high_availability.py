@@ -71,7 +71,8 @@ def _kill_and_check(state, state_dir, bootstrap, topic, tmp_path):
                                  "--checkpoint-every", "500", "--worker-pool", state["worker_pool"])):
         wait_for(lambda: _running(master), 240, "the job running", log)
         job = _running(master)[0]
-        producer = produce_slowly(bootstrap, topic, events[40:])  # 20 s of events; the kill comes mid-stream
+        # 40 s of events: the kill comes mid-stream even when two checkpoints take 20 s on a busy machine (they did)
+        producer = produce_slowly(bootstrap, topic, events[40:], pause=0.8)
         wait_for(lambda: flink_rest.rest(master, f"/jobs/{job}/checkpoints")["counts"]["completed"] >= 2, 240,
                  "two Flink checkpoints", log)
         time.sleep(1.0)  # half a checkpoint interval: predictions committed after the checkpoint
