@@ -64,8 +64,8 @@ def _reuse_compiled_kernels(repo: Path, into: Path) -> None:
     """Numba's cache of this clone's kernels, copied to the unpacked release
     for each folder whose Python files are byte for byte this clone's, and
     learners/ too (every kernel inlines from it); else it compiles them all
-    again (about 2 minutes on 2 busy cores). Numba checks a cache against its
-    source file's time and size, so the release's copies get this clone's times."""
+    again (about 2 minutes on 2 busy cores). Numba's index keeps a digest of
+    the source, not its path or time, so identical files find it as it is."""
     def same_sources(folder: Path) -> bool:
         ours = {p.name: p.read_bytes() for p in (repo / folder).glob("*.py")}
         theirs = {p.name: p.read_bytes() for p in (into / folder).glob("*.py")}
@@ -77,8 +77,6 @@ def _reuse_compiled_kernels(repo: Path, into: Path) -> None:
         folder = cache.parent.relative_to(repo)
         if not same_sources(folder):
             continue
-        for source in (repo / folder).glob("*.py"):
-            os.utime(into / folder / source.name, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns))
         (into / folder / "__pycache__").mkdir(exist_ok=True)
         for cached in cache.iterdir():
             if cached.suffix in (".nbi", ".nbc"):
