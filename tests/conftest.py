@@ -33,6 +33,12 @@ import pytest
 
 from learners.jit import KERNELS_DIR_ENV
 
+# The processes the tests start (`python -m pipelines.cli`, Flink's Python
+# workers) import this checkout, not the one pip's editable install last
+# pointed at (another clone on the same machine, for one).
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_CHECKOUT, os.environ.get("PYTHONPATH")]))
+
 MARKERS = {
     "kafka": "talks to a real Kafka-protocol broker",
     "registry": "talks to a real schema registry (Apicurio Registry, Confluent's REST API)",
