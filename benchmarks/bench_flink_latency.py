@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from pipelines.bench.delayed_labels import toy_events
-from pipelines.bench.load import WARM, paced_producer
+from pipelines.bench.load_latency import WARM, paced_producer
 from pipelines.config import RunConfig
 from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.kafka.apache_broker import ApacheKafkaBroker
@@ -66,7 +66,7 @@ def _until(bootstrap: str, topic: str, n: int) -> float:
 
 def latency_run(bootstrap: str, work: Path, flags: list[str], rate: float, seconds: float) -> dict:
     """p50/p99/max of ``latency_ms`` over ``rate`` × ``seconds`` paced toy
-    events, after :data:`pipelines.bench.load.WARM` warm-up events, and the
+    events, after :data:`pipelines.bench.load_latency.WARM` warm-up events, and the
     CPU seconds this process spent per second of the paced load."""
     n = int(rate * seconds)
     topic = f"flink-latency-{time.time_ns()}"

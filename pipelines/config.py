@@ -73,11 +73,11 @@ class RunConfig:
     """Sparse indices and dense lengths at or above this are dead letters (pipelines.records.dead_letters)."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     columnar_decode: bool = True
-    """Both modes decode each batch of messages in one compiled call (pipelines.records.columnar);
+    """Both modes decode each batch of messages in one compiled call (pipelines.records.event_decoder);
     False: one codec call per message (the same results, slower; kept to measure against)."""
     columnar_encode: bool = True
     """Exact mode encodes each batch's Prediction records in one compiled call
-    (pipelines.records.columnar.prediction_values); False: one dict and one codec call per
+    (pipelines.records.prediction_values); False: one dict and one codec call per
     prediction (the same bytes, slower; kept to measure against)."""
     stop_after: int | None = None
     progress_seconds: float | None = 5.0
@@ -119,7 +119,7 @@ class RunConfig:
     feedback_topic: str | None = None
     feedback_timeout: float = 30.0
     feedback_faults: object = None
-    """Fault injection (tests, fault trials): a pipelines.sharded.transforms.FeedbackFaults."""
+    """Fault injection (tests, fault trials): a pipelines.sharded.keyed_step.FeedbackFaults."""
     reorder: object = None
     """Tests only: name -> a Beam transform that reorders, holds back and repeats elements, placed
     before the decode step and each keyed step, as a runner that keeps no order may deliver them."""

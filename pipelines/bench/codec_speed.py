@@ -1,4 +1,4 @@
-"""Events/s of the columnar codec (:mod:`pipelines.records.columnar`) beside
+"""Events/s of the columnar codec (:mod:`pipelines.records.event_decoder`) beside
 the per-event path it replaces, measured in the same run on the same bytes:
 
 - decode: ``screen`` (fastavro decode + ``validate_event``) per message,
@@ -30,7 +30,8 @@ import numpy as np
 
 from learners.datasets import toy_examples
 from learners.hashing import FeatureHasher
-from pipelines.records.columnar import EventDecoder, encode_predictions
+from pipelines.records.event_decoder import EventDecoder
+from pipelines.records.prediction_values import encode_predictions
 from pipelines.records.dead_letters import screen
 from pipelines.records.events import event_rows
 from schemas.codec import Codec

@@ -156,7 +156,8 @@ def columnar_batches(events: list[dict], batch: int, hash_bits: int) -> list:
     decoded a batch at a time into columns, each batch an :class:`EventRows`
     of partition 0 of topic ``events``."""
     from pipelines.kafka.consumer import KafkaMessage
-    from pipelines.records.columnar import EventDecoder, EventRows
+    from pipelines.records.event_decoder import EventDecoder
+    from pipelines.records.event_rows import EventRows
 
     decoder = EventDecoder(CODEC, "logistic", hash_bits=hash_bits)
     messages = [KafkaMessage("events", 0, i, e["timestamp"], None, CODEC.encode("scinol.Event", e))

@@ -20,7 +20,13 @@ def add_parser(sub) -> None:
                        description="Writes OUT/benchmarks.md (its own sections only) and PNGs beside it.")
     p.set_defaults(func=run)
     bsub = p.add_subparsers(dest="bench_command", required=True, parser_class=type(p))
+    _add_accuracy_parser(bsub)
+    _add_throughput_parser(bsub)
+    _add_scaling_parser(bsub)
+    _add_soak_parser(bsub)
 
+
+def _add_accuracy_parser(bsub) -> None:
     a = bsub.add_parser("accuracy", help="toy experiment (Kempka et al. 2019 Fig. 1) and test curves on real data (Fig. 2)",
                         description="The paper's §4.1 toy and §4.2 multi-pass test curves on every bundled data "
                                     "set, ScInOL beside tuned baselines, Vowpal Wabbit and River (when installed).")
@@ -50,6 +56,8 @@ def add_parser(sub) -> None:
                    help="with --one-pass: our learners by registry name, each optionally NAME:KEY=VALUE[:KEY=VALUE] "
                         "(default: scinol-mix,scinol2; unregistered ones are noted and left out)")
 
+
+def _add_throughput_parser(bsub) -> None:
     t = bsub.add_parser("throughput", help="examples/s: kernels vs VW, `scinol learn` vs VW's driver, "
                                            "pipeline vs a plain Kafka loop",
                         description="Speed side by side, with ratios.")
@@ -65,6 +73,8 @@ def add_parser(sub) -> None:
     t.add_argument("--no-vw", action="store_true", help="leave Vowpal Wabbit out")
     t.add_argument("--no-pipeline", action="store_true", help="skip the Kafka pipeline figures")
 
+
+def _add_scaling_parser(bsub) -> None:
     from pipelines.bench.scaling import add_arguments
 
     s = bsub.add_parser("scaling", help="Flink with 1 and 2 TaskManagers, each with the same CPU quota: "
@@ -72,7 +82,9 @@ def add_parser(sub) -> None:
                         description="Needs root (CPU control groups). Prints a table; --json writes the figures.")
     add_arguments(s)
 
-    from pipelines.bench.soak import add_arguments as add_soak_arguments
+
+def _add_soak_parser(bsub) -> None:
+    from pipelines.bench.soak import add_arguments
 
     k = bsub.add_parser("soak", help="an unbounded run on a Flink session cluster at a fixed offered rate with "
                                      "checkpoints: a row a minute (events/s, latency, lag, checkpoint, RSS of "
@@ -80,7 +92,7 @@ def add_parser(sub) -> None:
                         description="Starts Apache Kafka, a Flink session cluster and `scinol run --runner flink`, "
                                     "offers --rate events/s for --minutes; prints a row per --row-seconds and a "
                                     "verdict; --json writes the figures. Not a test: 30 minutes by default.")
-    add_soak_arguments(k)
+    add_arguments(k)
 
 
 def _positive(args, names) -> None:

@@ -59,8 +59,8 @@ def _learn(argv: list[str]) -> None:
 def _encode(folder: str) -> None:
     """Encode each small file's rows as ``scinol produce`` does (no broker:
     the values are made and dropped), so its kernels are compiled too."""
-    from pipelines.records.columnar import file_values
-    from pipelines.records.datafiles import open_reader
+    from pipelines.files.datafiles import open_reader
+    from pipelines.records.event_values import file_values
     from schemas.codec import Codec
 
     for run in _RUNS[:4]:

@@ -120,8 +120,8 @@ def run(args) -> int:
     # and the learners bring numba (about half a second) with them.
     from learners.interactions import NamespacedRows
     from learners.losses import LabelError
-    from pipelines.records.datafiles import DataError, open_reader
-    from pipelines.records.prefetch import prefetch
+    from pipelines.files.datafiles import DataError, open_reader
+    from pipelines.files.prefetch import prefetch
 
     if args.passes < 1:
         raise UsageError(f"--passes must be at least 1, not {args.passes}")

@@ -50,12 +50,12 @@ def _user_errors() -> tuple:
     """Errors the user causes, reported in one line (exit 2)."""
     from learners.losses import LabelError
     from learners.state import StateFileError
+    from pipelines.files.datafiles import DataError
     from pipelines.kafka.admin import BrokerUnavailable, TopicSetupError
     from pipelines.kafka.broker import BrokerError
     from pipelines.kafka.consumer import TopicMissing
     from pipelines.kafka.errors import KafkaConnectionError
     from pipelines.kafka.transactions import TransactionsUnsupported
-    from pipelines.records.datafiles import DataError
     from pipelines.state.resume import ResumeRefused
     from schemas.registry import SchemaRegistryError
 

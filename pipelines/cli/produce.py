@@ -9,8 +9,8 @@ from .options import add_kafka_options, add_topic_options, kafka_settings, regis
 
 
 def run(args) -> int:
-    from pipelines.records.columnar import file_values
-    from pipelines.records.datafiles import open_reader
+    from pipelines.files.datafiles import open_reader
+    from pipelines.records.event_values import file_values
     from pipelines.records.events import generated_events
     from pipelines.records.topics import produce_values
 

@@ -367,6 +367,22 @@ def add_parser(sub) -> None:
     add_interaction_options(p)
     p.add_argument("--n-classes", type=int, default=None, help="number of classes (softmax)")
     p.add_argument("--hash-bits", type=int, default=18, help="hash space of named features (default 18)")
+    _add_checkpoint_options(p)
+    p.add_argument("--dead-letter-topic", default=None, help="default: TOPIC.dlq")
+    p.add_argument("--group-id", default=None,
+                   help="consumer group: offsets committed after each bundle, for Kafka's tools to show progress "
+                        "(needs --checkpoint-dir: the checkpoints decide where a restart resumes)")
+    _add_input_limit_options(p)
+    _add_output_options(p)
+    _add_delayed_label_options(p)
+    _add_sharded_options(p)
+    _add_runner_options(p)
+    p.add_argument("beam_args", nargs="*", metavar="-- BEAM_ARGS", help="passed to Beam's PipelineOptions")
+    p.set_defaults(func=run)
+
+
+def _add_checkpoint_options(p) -> None:
+    """--bounded and the checkpoints: where they go, how often, and whether a run resumes from them."""
     p.add_argument("--bounded", action="store_true",
                    help="read up to the end offsets seen at start, write a final checkpoint, stop")
     p.add_argument("--checkpoint-dir", metavar="DIR", help="write checkpoints here and resume from the newest")
@@ -376,10 +392,10 @@ def add_parser(sub) -> None:
     p.add_argument("--checkpoint-seconds", type=float, default=None, metavar="T", help="checkpoint every T seconds")
     p.add_argument("--checkpoint-topic", default=None, help="compacted topic for checkpoint headers "
                                                             "(default: PREDICTIONS_TOPIC.checkpoints)")
-    p.add_argument("--dead-letter-topic", default=None, help="default: TOPIC.dlq")
-    p.add_argument("--group-id", default=None,
-                   help="consumer group: offsets committed after each bundle, for Kafka's tools to show progress "
-                        "(needs --checkpoint-dir: the checkpoints decide where a restart resumes)")
+
+
+def _add_input_limit_options(p) -> None:
+    """How much a run reads and holds, and what it takes as a dead letter."""
     p.add_argument("--stop-after", type=int, default=None, metavar="N",
                    help="unbounded: stop after the first N offsets of each partition")
     p.add_argument("--max-batch", type=int, default=2000, help="messages per batch from the source")
@@ -401,6 +417,10 @@ def add_parser(sub) -> None:
     p.add_argument("--max-dead-letter-ratio", type=float, default=None, metavar="R",
                    help=f"stop (exit status {EXIT_DEAD_LETTERS}) when more than this share of the messages became dead "
                         "letters, judged over windows of 1000 messages from the 100th on (default: never stop)")
+
+
+def _add_output_options(p) -> None:
+    """The metrics endpoint, exactly-once predictions, and the output topics' settings."""
     p.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
                    help="serve Prometheus metrics at http://HOST:PORT/metrics while the run lasts (0: any free "
                         "port): events, predictions, dead letters, consumer lag, checkpoints; with the direct "
@@ -412,6 +432,9 @@ def add_parser(sub) -> None:
                         "a read_committed consumer sees each prediction once, across restarts and failovers "
                         "(needs a broker with transactions, e.g. Apache Kafka; exact mode only)")
     add_topic_options(p, "partitions of the predictions and dead-letter topics when created (default 1)")
+
+
+def _add_delayed_label_options(p) -> None:
     d = p.add_argument_group("delayed labels (events that come without a label learn when it arrives)")
     d.add_argument("--labels-topic", default=None, metavar="TOPIC",
                    help="Label records (event id, model, label), keyed by event id; unlabelled events wait for "
@@ -421,6 +444,9 @@ def add_parser(sub) -> None:
                         "(default 86400)")
     d.add_argument("--max-pending", type=int, default=1_000_000, metavar="N",
                    help="most events (and, separately, early labels) a model holds waiting (default 1000000)")
+
+
+def _add_sharded_options(p) -> None:
     g = p.add_argument_group("sharded mode (features split over K stateful shards, g_t fed back through Kafka)")
     g.add_argument("--shards", type=int, default=None, metavar="K",
                    help="split each model's coordinates over K shards (default: exact mode, one learner per model)")
@@ -430,6 +456,9 @@ def add_parser(sub) -> None:
     g.add_argument("--feedback-topic", default=None, help="default: PREDICTIONS_TOPIC.feedback (1 partition)")
     g.add_argument("--feedback-timeout", type=float, default=30.0, metavar="T",
                    help="give up (and report) feedback awaited longer than T seconds (default 30)")
+
+
+def _add_runner_options(p) -> None:
     r = p.add_argument_group("runner (Beam flags after `--` still pass through and override these)")
     r.add_argument("--runner", choices=("direct", "flink", "prism"), default="direct",
                    help="direct (default): in this process; flink: Apache Flink 1.19 through Beam's FlinkRunner "
@@ -460,5 +489,3 @@ def add_parser(sub) -> None:
                    help="Flink: start from the newest checkpoint retained in DIR (the cluster's "
                         "state.checkpoints.dir, a job's folder in it, or one chk-N), as after the loss of a "
                         "JobManager without high availability")
-    p.add_argument("beam_args", nargs="*", metavar="-- BEAM_ARGS", help="passed to Beam's PipelineOptions")
-    p.set_defaults(func=run)

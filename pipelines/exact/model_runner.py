@@ -20,7 +20,8 @@ from pipelines import telemetry
 from pipelines.kafka.spans import DEFAULT_MAX_WAITING, Chain
 from pipelines.records.parts import Part
 from pipelines.records.dead_letters import dead_letter
-from pipelines.records.columnar import EventRows, labelled_values, prediction_values
+from pipelines.records.event_rows import EventRows
+from pipelines.records.prediction_values import labelled_values, prediction_values
 from pipelines.records.events import learner_rows
 from pipelines.records.held import Rows, take_csr
 from pipelines.records.labels import PendingStore, Source, Waiting
@@ -194,7 +195,7 @@ class ModelRunner:
     def process_encoded(self, items: list[tuple], codec: Codec, topic: str | None) -> list[bytes]:
         """:meth:`process`, the Prediction records encoded for ``topic`` as
         ``codec.encode`` encodes them; the whole batch in one compiled call
-        (:func:`pipelines.records.columnar.prediction_values`) unless that
+        (:func:`pipelines.records.prediction_values.prediction_values`) unless that
         cannot give the same bytes, then record by record."""
         done = self._predict_learn(items)
         if done is None:
@@ -304,7 +305,7 @@ class ModelRunner:
                                topic: str | None) -> tuple[list[bytes], list[bytes], list, list[dict]]:
         """:meth:`process_labels`, the Prediction records encoded for ``topic``
         as ``codec.encode`` encodes them; in one compiled call
-        (:func:`pipelines.records.columnar.labelled_values`) unless that cannot
+        (:func:`pipelines.records.prediction_values.labelled_values`) unless that cannot
         give the same bytes, then record by record."""
         learned, keys, answering, dead = self._learn_labels(items)
         if learned is None:

@@ -35,7 +35,7 @@ from pipelines.config import RunConfig
 from pipelines.kafka.producer import KafkaWriter
 from pipelines.kafka.transactions import TransactionalOutput
 from pipelines.records.dead_letters import dead_letter_message
-from pipelines.records.columnar import event_timestamps_of, prediction_keys_of
+from pipelines.records.event_rows import event_timestamps_of, prediction_keys_of
 from pipelines.state.checkpoints import CheckpointStore, checkpoint_record
 from pipelines.state.store import mtime
 from pipelines.records.parts import EVENTS, LABELS, Part, waiting_report

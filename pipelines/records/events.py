@@ -53,7 +53,7 @@ def learner_rows(events: list[dict], learner):
     """(rows, y) for ``learner.learn``: CSR rows, or namespaced rows (every
     entry with its namespace, :mod:`learners.interactions`) when the learner
     crosses features. Events of a decoded batch of columns
-    (:class:`pipelines.records.columnar.ColumnarEvent`) bring their rows
+    (:class:`pipelines.records.event_rows.ColumnarEvent`) bring their rows
     ready-made: gathered from the batch's arrays, no per-event work."""
     fast = getattr(type(events[0]), "learner_rows", None) if events else None
     if fast is not None:
@@ -97,10 +97,10 @@ def dense_events(X: np.ndarray, y, id_prefix: str, model: str = "default",
 
 
 def file_events(reader, model: str = "default", passes: int = 1) -> Iterator[dict]:
-    """Events from a :mod:`pipelines.records.datafiles` reader: CSV rows as dense
+    """Events from a :mod:`pipelines.files.datafiles` reader: CSV rows as dense
     features, libsvm rows as sparse ones, VW text as named ones
     (:func:`vw_events`); ids ``<file>:<line>``."""
-    from pipelines.records.vw_text import VwReader
+    from pipelines.files.vw_text import VwReader
 
     if isinstance(reader, VwReader):
         yield from vw_events(reader.path, model, passes)
@@ -128,13 +128,13 @@ def file_events(reader, model: str = "default", passes: int = 1) -> Iterator[dic
 
 
 def vw_events(path: str, model: str = "default", passes: int = 1) -> Iterator[dict]:
-    """Events from a Vowpal Wabbit text file (:mod:`pipelines.records.vw_text`):
+    """Events from a Vowpal Wabbit text file (:mod:`pipelines.files.vw_text`):
     features as NamedFeatures (``ns^name``; a repeated name adds up), the
     label, the importance weight (null when 1; weight 0, which VW learns
     nothing from, makes the event unlabelled, since event weights are > 0).
     The id is the VW tag when the line has one (VW reports tags with its
     predictions; keep them unique), else ``<file>:<line>``."""
-    from pipelines.records.vw_text import vw_rows
+    from pipelines.files.vw_text import vw_rows
 
     name = os.path.basename(path)
     for p in range(passes):

@@ -17,7 +17,7 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
-from pipelines.records.avro_kernels import decode_feedback_batch, encode_feedback_batch
+from pipelines.records.avro.feedback_batch import decode_feedback_batch, encode_feedback_batch
 from pipelines.records.framed import WriterIds
 from pipelines.records.strings import Strings
 from schemas.catalog import current_version
@@ -196,7 +196,7 @@ class FeedbackReader:
     """Reads FeedbackBatch messages as ``codec.decode(value, expected=
     "scinol.FeedbackBatch")`` does, to the same record: one written with
     the current schema in one compiled call
-    (:func:`pipelines.records.avro_kernels.decode_feedback_batch`), anything
+    (:func:`pipelines.records.avro.feedback_batch.decode_feedback_batch`), anything
     else (an older writer schema, bytes the compiled reader does not take)
     by the codec, which also names what is wrong (a ``DecodeError``)."""
 

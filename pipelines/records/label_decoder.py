@@ -2,7 +2,7 @@
 
 :class:`LabelDecoder` gives what :func:`pipelines.records.dead_letters.screen_label`
 gives one message at a time, for a whole batch: the compiled reader
-(:func:`pipelines.records.avro_kernels.decode_labels`) takes each message
+(:func:`pipelines.records.avro.label_reader.decode_labels`) takes each message
 it is sure of, and every other one (a writer schema it has no layout for,
 a bad header or body, a label or weight the checks would refuse) goes
 through ``screen_label``, which decides the dead letter and its text. The
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.records.avro_kernels import FALLBACK, decode_labels, label_kind
+from pipelines.records.avro.event_reader import FALLBACK, label_kind
+from pipelines.records.avro.label_reader import decode_labels
 from pipelines.records.dead_letters import DEFAULT_MAX_MESSAGE_BYTES, screen_label
 from pipelines.records.framed import WriterIds, joined
 from schemas.codec import Codec

@@ -235,7 +235,7 @@ class PendingStore:
         if early is None:
             return event
         weight = None if early.weight != early.weight else early.weight
-        if hasattr(event, "with_label"):  # a row of decoded columns (pipelines.records.columnar)
+        if hasattr(event, "with_label"):  # a row of decoded columns (pipelines.records.event_rows)
             return event.with_label(early.label, weight)
         return {**event, "label": early.label, **({} if weight is None else {"weight": weight})}
 

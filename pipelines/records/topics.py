@@ -34,7 +34,7 @@ def produce_values(bootstrap: str, topic: str, encoded: Callable[[Codec], Iterab
                    topic_spec: dict | None = None) -> tuple[int, float]:
     """:func:`produce_events` for events already encoded:
     ``encoded(codec)`` gives their framed values (e.g.
-    :func:`pipelines.records.columnar.file_values`, a batch per call)."""
+    :func:`pipelines.records.event_values.file_values`, a batch per call)."""
     from tqdm import tqdm
 
     spec = TopicSpec(topic, partitions or 1, **(topic_spec or {}))

@@ -59,49 +59,67 @@ def validate_event(
         features = features[1]
     values = features["values"]
     indices = features.get("indices")
-    n = len(values)
     if indices is not None:
-        m = len(indices)
-        if n > max_features or m > max_features:
-            return OVERSIZED, f"{max(n, m)} sparse feature entries, more than the limit of {max_features}"
-        if m != n:
-            return LENGTH_MISMATCH, f"{m} sparse indices but {n} values"
-        if n:
-            lo = min(indices)
-            if lo < 0:
-                return NEGATIVE_INDEX, f"negative feature index {lo} at position {indices.index(lo)}"
-            hi = max(indices)
-            if hi >= max_index:
-                return (INDEX_OUT_OF_RANGE,
-                        f"feature index {hi} at position {indices.index(hi)} is not below the limit of {max_index}")
-            if not math.isfinite(sum(values)):  # a NaN or inf makes the sum non-finite
-                p = _first_non_finite(values)
-                if p >= 0:
-                    return NON_FINITE_FEATURE, f"non-finite value {values[p]!r} for feature index {indices[p]} (position {p})"
-            if n > 1 and len(set(indices)) != n:
-                seen = set()
-                for p, i in enumerate(indices):
-                    if i in seen:
-                        return DUPLICATE_INDEX, f"feature index {i} appears twice (again at position {p})"
-                    seen.add(i)
+        problem = _sparse_problem(indices, values, max_features, max_index)
     elif isinstance(values, dict):
-        if n > max_features:
-            return OVERSIZED, f"{n} named features, more than the limit of {max_features}"
-        if n and not math.isfinite(sum(values.values())):
-            for name, v in values.items():
-                if not math.isfinite(v):
-                    return NON_FINITE_FEATURE, f"non-finite value {v!r} for feature {name!r}"
+        problem = _named_problem(values, max_features)
     else:
-        if n > max_features:
-            return OVERSIZED, f"{n} dense feature values, more than the limit of {max_features}"
-        if n > max_index:
-            return INDEX_OUT_OF_RANGE, f"{n} dense feature values, more than the index limit of {max_index}"
-        if n and not math.isfinite(sum(values)):
-            p = _first_non_finite(values)
-            if p >= 0:
-                return NON_FINITE_FEATURE, f"non-finite value {values[p]!r} for feature index {p}"
-
+        problem = _dense_problem(values, max_features, max_index)
+    if problem is not None:
+        return problem
     return check_label_and_weight(event, loss, n_classes)
+
+
+def _sparse_problem(indices, values, max_features: int, max_index: int) -> tuple[str, str] | None:
+    n, m = len(values), len(indices)
+    if n > max_features or m > max_features:
+        return OVERSIZED, f"{max(n, m)} sparse feature entries, more than the limit of {max_features}"
+    if m != n:
+        return LENGTH_MISMATCH, f"{m} sparse indices but {n} values"
+    if not n:
+        return None
+    lo = min(indices)
+    if lo < 0:
+        return NEGATIVE_INDEX, f"negative feature index {lo} at position {indices.index(lo)}"
+    hi = max(indices)
+    if hi >= max_index:
+        return (INDEX_OUT_OF_RANGE,
+                f"feature index {hi} at position {indices.index(hi)} is not below the limit of {max_index}")
+    if not math.isfinite(sum(values)):  # a NaN or inf makes the sum non-finite
+        p = _first_non_finite(values)
+        if p >= 0:  # else finite values whose sum overflowed: no problem here
+            return NON_FINITE_FEATURE, f"non-finite value {values[p]!r} for feature index {indices[p]} (position {p})"
+    if n > 1 and len(set(indices)) != n:
+        seen = set()
+        for p, i in enumerate(indices):
+            if i in seen:
+                return DUPLICATE_INDEX, f"feature index {i} appears twice (again at position {p})"
+            seen.add(i)
+    return None
+
+
+def _named_problem(values: dict, max_features: int) -> tuple[str, str] | None:
+    n = len(values)
+    if n > max_features:
+        return OVERSIZED, f"{n} named features, more than the limit of {max_features}"
+    if n and not math.isfinite(sum(values.values())):
+        for name, v in values.items():
+            if not math.isfinite(v):
+                return NON_FINITE_FEATURE, f"non-finite value {v!r} for feature {name!r}"
+    return None
+
+
+def _dense_problem(values, max_features: int, max_index: int) -> tuple[str, str] | None:
+    n = len(values)
+    if n > max_features:
+        return OVERSIZED, f"{n} dense feature values, more than the limit of {max_features}"
+    if n > max_index:
+        return INDEX_OUT_OF_RANGE, f"{n} dense feature values, more than the index limit of {max_index}"
+    if n and not math.isfinite(sum(values)):
+        p = _first_non_finite(values)
+        if p >= 0:
+            return NON_FINITE_FEATURE, f"non-finite value {values[p]!r} for feature index {p}"
+    return None
 
 
 def check_label_and_weight(record: dict, loss: str, n_classes: int | None = None) -> tuple[str, str] | None:

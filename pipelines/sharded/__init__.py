@@ -18,7 +18,9 @@ The protocol for one model, without Beam, one role per module:
                               makes the Prediction and the Feedback record.
 
 The messages between them are in ``messages``; the three are joined by
-Beam (``transforms``) and the feedback goes back to the shards through
+Beam (a step a module: ``decode_step``, ``route_step``, ``shard_step``,
+``combine_step``, what the keyed ones share in ``keyed_step``; wired in
+``pipeline``) and the feedback goes back to the shards through
 Kafka, read under ``feedback_watch``'s rule. With S = 0 every shard
 predicts event t with the state after events 1..t−1, exactly as one learner
 would, so the result equals exact mode on the same sequence up to the
@@ -46,7 +48,8 @@ def state_classes() -> tuple[type, ...]:
     from learners.state import LearnerState
     from pipelines.kafka.consumer import KafkaMessage
     from pipelines.kafka.spans import Chain, Early, Span
-    from pipelines.records.columnar import ColumnarEvent, EventColumns, EventRows, LabelledEvent
+    from pipelines.records.event_columns import EventColumns
+    from pipelines.records.event_rows import ColumnarEvent, EventRows, LabelledEvent
     from pipelines.records.feedback import FeedbackColumns
     from pipelines.records.labels import EarlyLabel, Matched, PendingStore, Source, Waiting
     from pipelines.records.parts import Part

@@ -14,7 +14,8 @@ import numpy as np
 
 from learners.losses import loss_code, losses_of, prepare_labels
 from pipelines.kafka.spans import Chain
-from pipelines.records.columnar import EventRows, event_timestamps_of, prediction_keys_of, prediction_values
+from pipelines.records.event_rows import EventRows, event_timestamps_of, prediction_keys_of
+from pipelines.records.prediction_values import prediction_values
 from pipelines.records.feedback import FeedbackColumns
 from pipelines.records.labels import PendingStore, Source, Waiting
 from pipelines.records.predictions import (ProgressiveMetrics, labelled_prediction, millis, prediction_key,
@@ -189,7 +190,7 @@ class Combiner:
     def add(self, blocks: list[Partials], encode_for: tuple | None = None) -> list[Run]:
         """The events now combinable, in sequence order, as runs. ``encode_for``:
         (codec, topic) to encode their Prediction records with, a run in
-        one compiled call (:func:`pipelines.records.columnar.prediction_values`)."""
+        one compiled call (:func:`pipelines.records.prediction_values.prediction_values`)."""
         for p in blocks:
             if p.shard < 0:  # the end of the input: a last cut at p.first, which this Combiner is at
                 if self.predicted is not None and p.first == self.seq:

@@ -1,7 +1,24 @@
 """Build the sharded-mode pipeline (``scinol run --shards K``): where to
 start (the newest complete checkpoint cut of each model), which offsets to
-read, when a bounded run is done, and the transforms of
-:mod:`pipelines.sharded.transforms` wired together."""
+read, when a bounded run is done, and the steps (``decode_step``,
+``route_step``, ``shard_step``, ``combine_step``) wired together. The
+protocol itself is in :mod:`pipelines.sharded` (router, shard, combiner);
+the steps only route its messages.
+
+    events topic ─┐                      ┌─► DeadLetters ─► <topic>.dlq (and a record on the feedback topic)
+                  ├─► ReadFromKafkaRanges ─► DecodeShardedInput
+    feedback topic┘   (one source stage)     │ (model, events | feedback)
+          ▲                                  ▼
+          │                        RouteEvents (keyed by model): sequence numbers, K slices
+          │                                  │ ((model, shard), slices | feedback)
+          │                                  ▼
+          │                        ShardStep (keyed by model, shard): predict / update
+          │                                  │ (model, partial sums)
+          │                                  ▼
+          └──── Feedback ───────── CombineStep (keyed by model) ─► predictions topic
+
+Both topics are read by one source so that every step is fused with it: on
+the FnApiRunner nothing then waits for a fusion break."""
 
 from __future__ import annotations
 
@@ -18,10 +35,13 @@ from pipelines.records.feedback import feedback_batches
 from pipelines.state.resume import ResumePoint
 from pipelines.steps import EncodeDeadLetters, EncodeRecords, Keyed, model_parts, placement, reorder
 
+from .combine_step import CombineStep
+from .decode_step import DecodeShardedInput
 from .feedback_watch import FeedbackWatch
+from .keyed_step import FeedbackFaults, ShardedRun
 from .messages import label_partition
-from .transforms import (CombineStep, DecodeShardedInput, FeedbackFaults, RouteEvents, ShardedRun, ShardStep,
-                         skip_position, skip_record)
+from .route_step import RouteEvents, skip_position, skip_record
+from .shard_step import ShardStep
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from learners.sharding import shards_of
 from pipelines.kafka.spans import DEFAULT_MAX_WAITING, Chain
 from pipelines.records.dead_letters import dead_letter
 from pipelines.records.events import learner_rows
-from pipelines.records.columnar import EventRows
+from pipelines.records.event_rows import EventRows
 from pipelines.records.held import Rows, take_csr
 from pipelines.records.labels import PendingStore, Source, Waiting
 from pipelines.records.parts import EVENTS, LABELS, Part

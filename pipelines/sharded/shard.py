@@ -14,7 +14,7 @@ import numpy as np
 from learners.sharding import Shard
 from learners.state import LearnerState
 from pipelines.kafka.spans import Chain
-from pipelines.records.columnar import EventRows
+from pipelines.records.event_rows import EventRows
 from pipelines.records.feedback import FeedbackColumns
 from pipelines.records.strings import Strings
 

@@ -11,7 +11,8 @@ from pipelines import telemetry
 from pipelines.config import RunConfig
 from pipelines.kafka.consumer import Position
 from pipelines.kafka.spans import Span
-from pipelines.records.columnar import EventDecoder, EventRows
+from pipelines.records.event_decoder import EventDecoder
+from pipelines.records.event_rows import EventRows
 from pipelines.records.dead_letters import dead_letter, screen, screen_label
 from pipelines.records.label_decoder import LabelDecoder
 from pipelines.records.parts import EVENTS, LABELS, Decoded, Part
@@ -66,7 +67,7 @@ class DecodeEvents(beam.DoFn):
     def __init__(self, cfg: RunConfig, columnar: bool = False):
         self.cfg = cfg
         self.columnar = columnar
-        """Decode each batch in one compiled call (:mod:`pipelines.records.columnar`):
+        """Decode each batch in one compiled call (:mod:`pipelines.records.event_decoder`):
         each model's events are then an :class:`EventRows` of the batch's arrays;
         a batch of labels is screened in one call too (:mod:`pipelines.records.label_decoder`)."""
 

@@ -16,7 +16,8 @@ from pipelines.beam_io.placement import Placement
 from pipelines.config import RunConfig
 from pipelines.kafka.consumer import KafkaMessage, Position
 from pipelines.kafka.spans import Chain, Span
-from pipelines.records.columnar import EventColumns, EventRows
+from pipelines.records.event_columns import EventColumns
+from pipelines.records.event_rows import EventRows
 from pipelines.records.parts import Manifest, Part, Sequencer
 from pipelines.records.strings import Strings
 from pipelines.state.progress import write_sequenced

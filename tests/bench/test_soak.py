@@ -18,8 +18,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from pipelines.bench.soak import (LOAD, Predicted, Processes, _interleaved, checkpoint_figures, lag, make_row,
-                                  mean_rss, row_line, rss_mib, verdict, verdict_lines)
+from pipelines.bench.soak_flink import checkpoint_figures
+from pipelines.bench.soak_processes import LOAD, Processes, mean_rss, rss_mib
+from pipelines.bench.soak_traffic import Predicted, _interleaved, lag
+from pipelines.bench.soak_verdict import make_row, row_line, verdict, verdict_lines
 from tests.support.processes import reaped
 
 # Each says "ready" once its memory is written (so resident): a busy machine may take a second to start one.

@@ -124,7 +124,7 @@ def test_a_call_with_types_no_export_takes_runs_on_numba(built):
     code = textwrap.dedent("""
         import json, sys
         import numpy as np
-        from pipelines.records.blocks import count_lines
+        from pipelines.files.blocks import count_lines
         exported = count_lines(np.frombuffer(b"a\\nb\\nc", np.uint8))  # read-only bytes: as the readers call it
         before = "numba" in sys.modules
         other = count_lines(np.array([97, 10, 98, 10, 99], np.uint8))  # writable: compiled for by numba
@@ -145,8 +145,8 @@ def test_compile_into_a_folder_it_cannot_make_is_one_line_and_exit_2(tmp_path, c
 
 _ENCODE = """
 import hashlib, json, sys
-from pipelines.records.columnar import file_values
-from pipelines.records.datafiles import open_reader
+from pipelines.files.datafiles import open_reader
+from pipelines.records.event_values import file_values
 from schemas.codec import Codec
 label = sys.argv[2] if len(sys.argv) > 2 else None
 codec = Codec()

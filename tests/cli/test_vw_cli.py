@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from learners import OnlineLearner, make_learner
+from pipelines.files.vw_text import vw_rows
 from pipelines.records.events import vw_events
 from pipelines.records.topics import read_records
-from pipelines.records.vw_text import vw_rows
 from pipelines.sharded.router import Router
 from pipelines.steps import Position
 from tests.support.cli import assert_one_error_line, ok, run

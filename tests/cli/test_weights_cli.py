@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from learners import OnlineLearner, make_learner
-from pipelines.records.datafiles import open_reader
+from pipelines.files.datafiles import open_reader
 from tests.support.cli import assert_one_error_line, ok, read_predictions, run, write
 
 

@@ -3,7 +3,7 @@
 no import circle anywhere, and each layer imports only layers below it.
 
     learners/   schemas/          the algorithms; the wire format (side by side, neither imports the other)
-    pipelines/kafka               Kafka without Beam
+    pipelines/kafka, files        Kafka without Beam; data files read into learner rows (neither imports the other)
     pipelines/records, state      conversions of records; durable learner state
     pipelines/beam_io, config     Beam adapters over kafka/; the one run configuration
     pipelines/steps               Beam steps both pipeline shapes share
@@ -24,6 +24,7 @@ PACKAGES = ("learners", "schemas", "pipelines")
 RANK = {
     "pipelines.provision": 0,
     "pipelines.kafka": 1,
+    "pipelines.files": 1,
     "pipelines.telemetry": 1,
     "pipelines.records": 2,
     "pipelines.state": 2,
@@ -97,6 +98,7 @@ def layer(module: str) -> str | None:
 def test_the_walk_sees_every_package():
     assert {"learners.model", "schemas.codec", "pipelines.kafka.consumer", "pipelines.cli.main"} <= set(MODULES)
     assert "pipelines.kafka.admin" in GRAPH["pipelines.records.topics"]
+    assert "pipelines.files.vw_text" in GRAPH["pipelines.records.events"]
 
 
 def test_no_import_circle():

@@ -84,8 +84,8 @@ def test_importing_kernels_imports_no_numba_and_the_first_call_makes_every_kerne
     got = _python("""
         import json, sys
         import numpy as np
-        import learners, learners.kernels, learners.mixture, pipelines.records.datafiles
-        from pipelines.records import blocks
+        import learners, learners.kernels, learners.mixture, pipelines.files.datafiles
+        from pipelines.files import blocks
         before = "numba" in sys.modules
         lines = blocks.count_lines(np.frombuffer(b"a\\nb\\r\\nc", np.uint8))
         import numba.core.registry as registry
@@ -144,7 +144,7 @@ def test_prefetch_row_called_from_python_does_nothing_and_imports_no_numba():
 def test_a_kernel_called_with_types_numba_cannot_take_raises_numbas_typing_error(bad):
     """Here no exports are built (tests/conftest.py); a call an export does
     not match, with exports built, is tests/cli/test_compile.py's."""
-    from pipelines.records.blocks import count_lines
+    from pipelines.files.blocks import count_lines
 
     with pytest.raises(numba.core.errors.TypingError):
         count_lines(*bad)

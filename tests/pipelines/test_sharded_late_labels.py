@@ -187,7 +187,8 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 def _decoded_batches(events: list[dict], size: int):
     """The events as Avro messages on the events topic, decoded a batch of
     ``size`` at a time: (EventRows, the same as (Position, record) pairs)."""
-    from pipelines.records.columnar import EventDecoder, EventRows
+    from pipelines.records.event_decoder import EventDecoder
+    from pipelines.records.event_rows import EventRows
     from schemas.codec import Codec
 
     codec = Codec()

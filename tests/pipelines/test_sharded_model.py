@@ -37,7 +37,8 @@ def test_zero_staleness_with_crosses_of_decoded_named_events_equals_one_learner(
     from the messages' bytes: at S = 0 the shards predict what one learner
     with the same crosses predicts."""
     from pipelines.kafka.consumer import KafkaMessage
-    from pipelines.records.columnar import EventDecoder, EventRows
+    from pipelines.records.event_decoder import EventDecoder
+    from pipelines.records.event_rows import EventRows
     from schemas.codec import Codec
 
     X, y = toy_examples(300, 1)
@@ -248,7 +249,8 @@ def test_events_as_arrays_route_shard_and_combine_as_the_pairs_do(staleness, int
     keys, weights, unlabelled events and a restart's already-learned
     prefix among them; with crosses of the default namespace too."""
     from pipelines.kafka.consumer import KafkaMessage
-    from pipelines.records.columnar import EventDecoder, EventRows
+    from pipelines.records.event_decoder import EventDecoder
+    from pipelines.records.event_rows import EventRows
     from schemas.codec import Codec
 
     codec, learner = Codec(), make_learner("scinol2", "logistic", interactions=interactions)

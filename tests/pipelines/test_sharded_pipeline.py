@@ -14,7 +14,7 @@ from pipelines.kafka.consumer import read_topic
 from pipelines.kafka.admin import KafkaAdmin, TopicSpec
 from pipelines.records.topics import produce_events
 from pipelines.launch import run
-from pipelines.sharded.transforms import FeedbackFaults
+from pipelines.sharded.keyed_step import FeedbackFaults
 from pipelines.records.topics import read_records
 from schemas.codec import Codec
 from tests.support.runs import config, toy_stream

@@ -1,4 +1,4 @@
-"""Differential fuzzing of the columnar codec (pipelines/records/columnar.py)
+"""Differential fuzzing of the columnar codec (pipelines/records/event_decoder.py)
 against the per-event path it replaces: random Event records of every
 writer schema version, and truncated, corrupted, over-long, wrongly framed
 and non-finite variants of them, decode to the same coordinates, values,
@@ -16,9 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from learners.hashing import FeatureHasher
-from pipelines.records.avro_kernels import utf8_ok
+from pipelines.records.avro.primitives import utf8_ok
 from learners import make_learner
-from pipelines.records.columnar import REASON_CODES, ColumnarEvent, EventDecoder, encode_predictions
+from pipelines.records.event_decoder import REASON_CODES, EventDecoder
+from pipelines.records.event_rows import ColumnarEvent
+from pipelines.records.prediction_values import encode_predictions
 from pipelines.records.dead_letters import screen
 from pipelines.records.events import event_rows, learner_rows
 from schemas.catalog import load_schema, schema_id
@@ -168,7 +170,7 @@ def test_a_models_part_pickles_its_own_rows_and_reads_as_it_did(decoder, values,
     again from the messages (crosses) and learner rows, from its rows alone."""
     import pickle
 
-    from pipelines.records.columnar import EventRows
+    from pipelines.records.event_rows import EventRows
 
     cols = decoder.decode(values)
     valid = np.flatnonzero(cols.ok)
@@ -208,7 +210,8 @@ def test_crossed_features_of_compiled_rows_are_read_without_the_per_event_path()
     """With crosses, the learner's rows of a decoded batch come from one
     compiled read of the messages: names that collide stay apart (the
     crosses need each name's namespace), each with its namespace byte."""
-    from pipelines.records.columnar import EventRows, _features_of
+    from pipelines.records.event_rows import EventRows
+    from pipelines.records.row_features import features_of
 
     events = [{"id": f"ev-{i}", "timestamp": i, "model": "m", "label": 1.0, "weight": None,
                "features": ("scinol.NamedFeatures", {"values": {"a^x": 1.0, "b^y": -2.0, "z": 0.5, f"a^{i}": 3.0}})}
@@ -218,7 +221,7 @@ def test_crossed_features_of_compiled_rows_are_read_without_the_per_event_path()
     cols = decoder.decode([frame(e, 2) for e in events])
     assert cols.fallbacks == 0
     learner = make_learner("scinol2", "logistic", hash_bits=2, interactions=["ab"])
-    rows = _features_of(cols, np.arange(len(events)), learner)
+    rows = features_of(cols, np.arange(len(events)), learner)
     assert rows is not None  # not left to the per-event path
     assert rows.indptr.tolist() == [4 * i for i in range(41)] + [162]  # 4 names a row: none merged
     assert rows.namespaces[:4].tolist() == [ord("a"), ord("b"), ord(" "), ord("a")]

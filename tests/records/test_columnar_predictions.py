@@ -12,7 +12,8 @@ import pytest
 
 from learners import make_learner
 from pipelines.exact.model_runner import LabelSettings, ModelRunner
-from pipelines.records.columnar import EventDecoder, prediction_values
+from pipelines.records.event_decoder import EventDecoder
+from pipelines.records.prediction_values import prediction_values
 from pipelines.records.predictions import prediction_record, reading_arrays, readings
 from pipelines.steps import Position
 from schemas.codec import Codec
@@ -50,7 +51,7 @@ def columnar(events: list[dict], loss: str, n_classes) -> list:
     """The events as the pipeline's columnar Decode step hands them on."""
     cols = EventDecoder(CODEC, loss, n_classes).decode([CODEC.encode("scinol.Event", e) for e in events])
     assert cols.ok.all()
-    from pipelines.records.columnar import ColumnarEvent
+    from pipelines.records.event_rows import ColumnarEvent
     return [ColumnarEvent(cols, i) for i in range(len(events))]
 
 
@@ -159,7 +160,7 @@ def test_a_batch_of_columnar_events_pickles_as_its_columns_and_comes_back_the_sa
     same (Position, event) pairs and source, and so does a slice."""
     import pickle
 
-    from pipelines.records.columnar import EventRows
+    from pipelines.records.event_rows import EventRows
 
     records = random_events(np.random.default_rng(2), 30, "sparse", None, "logistic")
     cols = columnar(records, "logistic", None)[0].cols
@@ -208,7 +209,8 @@ def test_labels_that_came_first_keep_the_columns_and_learn_as_records_do(loss, n
     """Events whose labels came on the labels topic before them: as rows of
     the columns (never decoded again) they give the same predictions and the
     same model as the same events as plain records."""
-    from pipelines.records.columnar import EventColumns, LabelledEvent
+    from pipelines.records.event_columns import EventColumns
+    from pipelines.records.event_rows import LabelledEvent
     from pipelines.records.labels import PendingStore
 
     rng = np.random.default_rng(11)
@@ -247,7 +249,7 @@ def test_event_rows_with_late_labels_give_what_records_give(loss, n_classes):
     bytes (latency aside: each runner reads the clock), dead letters, events
     left waiting and model."""
     from pipelines.kafka.consumer import KafkaMessage
-    from pipelines.records.columnar import EventRows
+    from pipelines.records.event_rows import EventRows
 
     rng = np.random.default_rng(7)
     truth = random_events(rng, 256, "sparse", n_classes, loss)

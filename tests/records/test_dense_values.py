@@ -1,4 +1,4 @@
-"""pipelines.records.columnar.dense_values: a load generator's values, one
+"""pipelines.records.event_values.dense_values: a load generator's values, one
 compiled call per batch, byte for byte what the codec writes event by event."""
 
 import json
@@ -7,7 +7,7 @@ import uuid
 import numpy as np
 
 from learners.datasets import toy_examples
-from pipelines.records.columnar import dense_values
+from pipelines.records.event_values import dense_values
 from schemas.codec import Codec
 
 

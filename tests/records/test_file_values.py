@@ -9,8 +9,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pipelines.records.columnar import file_values
-from pipelines.records.datafiles import open_reader
+from pipelines.files.datafiles import open_reader
+from pipelines.records.event_values import file_values
 from pipelines.records.events import file_events
 from schemas.codec import Codec
 
@@ -85,7 +85,7 @@ def test_vw_values_are_the_codecs_frames_byte_for_byte(tmp_path, monkeypatch, se
     on threads, each tag read from its own block)."""
     import time
 
-    from pipelines.records import blocks
+    from pipelines.files import blocks
 
     monkeypatch.setattr(time, "time", lambda: 1_700_000_000.123)
     if block_bytes:
@@ -107,7 +107,7 @@ def test_vw_values_are_the_codecs_frames_byte_for_byte(tmp_path, monkeypatch, se
 def test_repeated_names_are_found_behind_equal_hashes():
     """Names whose hashes collide stay apart; a repeated name is summed
     into its first occurrence, in the order the values come."""
-    from pipelines.records.avro_kernels import _first_names
+    from pipelines.records.avro.event_writer import _first_names
 
     names = np.frombuffer(b"aabaab", np.uint8)  # "a", "ab", "a" | "ab": two rows
     name_ends = np.array([1, 3, 4, 6])
@@ -127,7 +127,7 @@ def test_repeated_names_match_a_dict_filled_in_line_order(rows, n_hashes):
     """Rows with hashes that collide across names (a few hash values for
     six names), against a dict: the first occurrence of each name kept,
     later values added to it in line order."""
-    from pipelines.records.avro_kernels import _first_names
+    from pipelines.records.avro.event_writer import _first_names
 
     flat = [entry for row in rows for entry in row]
     names = np.frombuffer("".join(name for name, _ in flat).encode(), np.uint8)

@@ -14,7 +14,8 @@ from fastavro import parse_schema, schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.records.avro_kernels import FALLBACK, decode_labels
+from pipelines.records.avro.event_reader import FALLBACK
+from pipelines.records.avro.label_reader import decode_labels
 from pipelines.records.dead_letters import screen_label
 from pipelines.records.label_decoder import LabelDecoder
 from schemas.catalog import load_schema, schema_id

@@ -4,7 +4,7 @@ import pickle
 import numpy as np
 import pytest
 
-from pipelines.records.datafiles import (Batch, CsvReader, DataError, LibsvmReader,
+from pipelines.files.datafiles import (Batch, CsvReader, DataError, LibsvmReader,
                                  guess_format, open_reader)
 
 
@@ -209,7 +209,7 @@ def test_csv_zeros_dropped(tmp_path):
 def test_dense_rows_match_numpys_nonzero_and_gather():
     """The compiled dense -> CSR step against the obvious numpy one, on
     signed zeros, subnormals, huge values, empty rows and column subsets."""
-    from pipelines.records.datafiles import _dense_rows
+    from pipelines.files.datafiles import _dense_rows
 
     rng = np.random.default_rng(7)
     for _ in range(300):

@@ -150,7 +150,7 @@ class CsvReader(Reader):
 
     def batches(self, batch_size: int = 4096) -> Iterator[Batch]:
         """Through pyarrow's CSV reader while the file is plain
-        (:mod:`pipelines.records.csv_arrow`), from the first record it is
+        (:mod:`pipelines.files.csv_arrow`), from the first record it is
         unsure of in Python."""
         from .csv_arrow import Fallback
 
@@ -299,7 +299,7 @@ def _field_start(text: str, j: int, delim: str) -> int:
 
 class LibsvmReader(Reader):
     """libsvm/svmlight text, parsed by the compiled block parser
-    (:mod:`pipelines.records.libsvm_parse`); a line it hands back is parsed
+    (:mod:`pipelines.files.libsvm_parse`); a line it hands back is parsed
     here in Python, which takes it or raises the located error."""
 
     def __init__(self, path):

@@ -1,7 +1,7 @@
 """The compiled parser of Vowpal Wabbit's text format over byte blocks; the
-rules are :mod:`pipelines.records.vw_text`'s, which parses in Python any line
+rules are :mod:`pipelines.files.vw_text`'s, which parses in Python any line
 this parser hands back (``PYTHON``): lines with non-ASCII bytes, numbers
-:mod:`pipelines.records.numbers` leaves undecided, values Python's float()
+:mod:`pipelines.files.numbers` leaves undecided, values Python's float()
 might read differently (``1_0``, ``inf``), and every line with an error. So
 both paths give the same rows, and errors come from one place.
 
@@ -227,7 +227,7 @@ def _vw_line(buf, pos, words_start, words_end, indices, values, spaces, nnz, scr
 def parse_vw(buf, pos, line, labels, weights, lines, tags, indptr, indices, values, spaces, n_rows,
              scratch, name_ends, words, mask, seed, pow5_hi, pow5_lo):
     """Parse lines of buf from pos into rows n_rows, n_rows + 1, ... (as
-    :func:`pipelines.records.libsvm_parse.parse_libsvm`); ``tags[r]`` is the
+    :func:`pipelines.files.libsvm_parse.parse_libsvm`); ``tags[r]`` is the
     (start, end) of row r's tag in buf, (-1, -1) without one. ``scratch``
     must hold twice the longest line. To keep the names (``scinol
     produce``), give ``name_ends`` as long as ``indices``: entry k's name is

@@ -1,11 +1,11 @@
-"""Read-ahead (pipelines/records/prefetch.py): order kept, errors raised after
+"""Read-ahead (pipelines/files/prefetch.py): order kept, errors raised after
 the items before them, and closing early stops the thread."""
 
 import threading
 
 import pytest
 
-from pipelines.records.prefetch import prefetch
+from pipelines.files.prefetch import prefetch
 
 
 def test_items_in_order_then_the_error():

@@ -5,7 +5,7 @@ tokens are skipped. The label may carry an importance weight,
 ``label:weight`` (as XGBoost's libsvm text reads it); without one it is 1. The parser fills CSR arrays for whole lines, rows
 sorted by index with zero values dropped. Any line it does not fully
 understand (an odd token, a duplicate index, bytes outside ASCII, a number
-:mod:`pipelines.records.numbers` leaves undecided) is handed back untouched
+:mod:`pipelines.files.numbers` leaves undecided) is handed back untouched
 (``PYTHON``): the reader parses that one line in Python, which either takes
 it or raises the precise error. So the compiled path only ever speeds up
 lines whose meaning is plain.

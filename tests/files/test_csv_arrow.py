@@ -1,4 +1,4 @@
-"""CSV through pyarrow (pipelines/records/csv_arrow.py) against the Python
+"""CSV through pyarrow (pipelines/files/csv_arrow.py) against the Python
 path on random files: the same batches, line numbers and error texts,
 whichever path reads which rows."""
 
@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from pipelines.records import csv_arrow
-from pipelines.records.datafiles import CsvReader, DataError, open_reader
+from pipelines.files import csv_arrow
+from pipelines.files.datafiles import CsvReader, DataError, open_reader
 
 
 def batches_of(reader, batch_size, python_only=False):
@@ -130,7 +130,7 @@ def _count_lines_slowly(data: bytes, line: int, has_content: bool, after_cr: boo
 def test_the_line_counter_agrees_with_a_byte_at_a_time_walk_across_reads(seed):
     """Words of eight bytes with and without breaks, CR LF split between
     reads and between words, empty lines, quotes, odd read lengths."""
-    from pipelines.records.csv_arrow import _count_lines
+    from pipelines.files.csv_arrow import _count_lines
 
     rng = np.random.default_rng(seed)
     weights = np.array([7.0] * 10 + [5.0] * 4 + [3.0, 3.0, 0.1 * (seed % 2), 5.0])  # digits .,e- LF CR quote space

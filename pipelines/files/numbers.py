@@ -15,8 +15,9 @@ by one of two exact methods:
 What neither settles is reported, never guessed: more than 19 significant
 digits, results that would be subnormal, zero after rounding or infinite, and
 the rare product too close to call. The callers then hand the token to
-Python's ``float()`` (:mod:`pipelines.records.textparse` parses that line in
-Python), so the compiled path and the slow path cannot disagree on a value.
+Python's ``float()`` (the readers, :mod:`pipelines.files.datafiles` and
+:mod:`pipelines.files.vw_text`, parse that line in Python), so the compiled
+path and the slow path cannot disagree on a value.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Vowpal Wabbit text input (pipelines/records/vw_text.py, vw_parse.py): the
+"""Vowpal Wabbit text input (pipelines/files/vw_text.py, vw_parse.py): the
 format's rules line by line, the compiled reader against the Python parser
 on random files, and VW files as events for `scinol produce`."""
 
@@ -11,10 +11,10 @@ import pytest
 
 from learners.hashing import FeatureHasher
 from learners.interactions import namespace_of
-from pipelines.records import blocks
-from pipelines.records.datafiles import DataError, guess_format, open_reader
+from pipelines.files import blocks
+from pipelines.files.datafiles import DataError, guess_format, open_reader
+from pipelines.files.vw_text import VwReader, feature_name, parse_vw_line, vw_rows
 from pipelines.records.events import vw_events
-from pipelines.records.vw_text import VwReader, feature_name, parse_vw_line, vw_rows
 
 
 def parse(text):

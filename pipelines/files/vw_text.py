@@ -265,7 +265,7 @@ class _VwNamedRowBuffer(_VwRowBuffer):
 
 class VwReader(Reader):
     """VW text files (.vw, .gz fine), parsed by the compiled block parser
-    (:mod:`pipelines.records.vw_parse`). Batches carry raw namespaced entries
+    (:mod:`pipelines.files.vw_parse`). Batches carry raw namespaced entries
     (an index may repeat; ``namespaces`` gives each entry's namespace byte),
     the importance weights and the tags. Names are hashed into 2^hash_bits
     slots with hash_seed: set both to the learner's before reading."""

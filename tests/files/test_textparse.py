@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from learners.jit import njit  # lazy, as the kernels it calls: numba's own would meet them uncompiled
-from pipelines.records import blocks
-from pipelines.records.datafiles import DataError, _python_libsvm_row, open_reader
-from pipelines.records.numbers import NOT_A_NUMBER, OK, POW5_HI, POW5_LO, UNDECIDED, parse_decimal
+from pipelines.files import blocks
+from pipelines.files.datafiles import DataError, _python_libsvm_row, open_reader
+from pipelines.files.numbers import NOT_A_NUMBER, OK, POW5_HI, POW5_LO, UNDECIDED, parse_decimal
 
 
 @njit

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from pipelines.records import blocks
+from pipelines.files import blocks
 
 
 def _lines_of(block: np.ndarray, first: int) -> list[tuple[int, str]]:
