@@ -17,6 +17,7 @@ from learners.interactions import NamespacedRows
 from learners.state import LearnerState
 from learners.losses import losses_of, prepare_labels
 from pipelines import telemetry
+from pipelines.kafka.offsets import offsets_records, offsets_from_records
 from pipelines.kafka.spans import DEFAULT_MAX_WAITING, Chain
 from pipelines.records.parts import Part
 from pipelines.records.dead_letters import dead_letter
@@ -102,8 +103,7 @@ class ModelRunner:
     def _start(self, learner: OnlineLearner, checkpointed: str | None) -> None:
         header = learner.loaded_header
         self.learner = learner
-        self.offsets: dict[tuple[str, int], int] = {(o["topic"], int(o["partition"])): int(o["offset"])
-                                                    for o in header.get("offsets", [])}
+        self.offsets = offsets_from_records(header.get("offsets", []))
         """Next offset per (topic, partition), events and labels topics, that the state covers."""
         self.events = int(header.get("event_count", 0))
         self.labels_learned = int(header.get("labels_learned", 0))
@@ -133,7 +133,7 @@ class ModelRunner:
 
     def _extra_and_aux(self) -> tuple[dict, dict | None]:
         extra = {"model": self.model, "event_count": self.events, "labels_learned": self.labels_learned,
-                 "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.offsets.items())],
+                 "offsets": offsets_records(self.offsets),
                  "metrics": self.metrics.as_dict(), "since_checkpoint": self._since_checkpoint,
                  "checkpointed": (self._last_manifest or {}).get("uri") or self.restored_from,
                  "applied_ms": self.applied_ms}

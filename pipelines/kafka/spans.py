@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, NamedTuple
 
-Stream = tuple[str, int]
+from .offsets import Stream
 """(topic, partition)."""
 
 DEFAULT_MAX_WAITING = 2_000_000

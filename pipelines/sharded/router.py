@@ -13,6 +13,7 @@ import numpy as np
 
 from learners.interactions import expand
 from learners.sharding import shards_of
+from pipelines.kafka.offsets import Offsets, offsets_records, offsets_from_records, advance_offsets
 from pipelines.kafka.spans import DEFAULT_MAX_WAITING, Chain
 from pipelines.records.dead_letters import dead_letter
 from pipelines.records.events import learner_rows
@@ -35,7 +36,7 @@ class Router:
     model learns in label-arrival order as exact mode does."""
 
     def __init__(self, n_shards: int, hasher, bias: bool, seq: int = 0,
-                 offsets: dict[tuple[str, int], int] | None = None, interactions: tuple[str, ...] = (),
+                 offsets: Offsets | None = None, interactions: tuple[str, ...] = (),
                  pending: PendingStore | None = None, max_waiting: int = DEFAULT_MAX_WAITING):
         self.n_shards, self.hasher, self.bias = n_shards, hasher, bias
         self.pending = pending
@@ -154,17 +155,16 @@ class Router:
 
     def part(self) -> dict:
         return {"seq": self.seq, "aux": self.pending.to_arrays(), "dropped": list(self.pending.dropped),
-                "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.offsets.items())]}
+                "offsets": offsets_records(self.offsets)}
 
     def restore(self, header: dict, aux: dict, labels_topic: str) -> None:
         """Back to a part of :meth:`part` (the pending store keeps its settings)."""
         ttl, most = self.pending.ttl_ms, self.pending.max_pending
         self.pending = PendingStore.from_arrays(aux, ttl, most, labels_topic)
         self.pending.dropped = list(header.get("dropped", []))
-        for o in header["offsets"]:
-            key = (o["topic"], int(o["partition"]))
-            self.offsets[key] = max(self.offsets.get(key, 0), int(o["offset"]))
-            self.restored[key] = self.offsets[key]
+        restored = offsets_from_records(header["offsets"])
+        advance_offsets(self.offsets, restored)
+        self.restored.update((stream, self.offsets[stream]) for stream in restored)
 
     def _split(self, per_shard, event_ids: Strings, indptr: np.ndarray, coords: np.ndarray, values: np.ndarray,
                learning: np.ndarray, heads: list) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 
 from learners.sharding import Shard
 from learners.state import LearnerState
+from pipelines.kafka.offsets import offsets_records
 from pipelines.kafka.spans import Chain
 from pipelines.records.event_rows import EventRows
 from pipelines.records.feedback import FeedbackColumns
@@ -270,7 +271,7 @@ class ShardRunner:
         coords, state = self.shard.owned()
         state.scalars = dict(self.scalars)
         header = {"seq": self.applied, "learned": self.learned,
-                  "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.offsets.items())],
+                  "offsets": offsets_records(self.offsets),
                   "missing_feedback": len(self.missing), "duplicate_feedback": self.duplicates}
         return coords, state, header
 

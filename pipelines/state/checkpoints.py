@@ -25,6 +25,8 @@ import time
 from learners import OnlineLearner
 from learners.state import StateFileError
 
+from pipelines.kafka.offsets import Offsets, offsets_records, offsets_from_records
+
 from . import store as fs
 from .store import sidecar_path, verify, write_durably
 
@@ -61,8 +63,7 @@ class Checkpoint:
         self.event_count: int = int(h["event_count"])
         self.source: dict | None = h.get("source")
         """The Kafka cluster and topic the state was learnt from (see pipelines.state.resume)."""
-        self.offsets: dict[tuple[str, int], int] = {(o["topic"], int(o["partition"])): int(o["offset"])
-                                                    for o in h["offsets"]}
+        self.offsets = offsets_from_records(h["offsets"])
 
 
 class CheckpointStore:
@@ -75,7 +76,7 @@ class CheckpointStore:
     def model_dir(self, model: str) -> str:
         return fs.join(self.directory, _safe(model))
 
-    def save(self, model: str, learner: OnlineLearner, offsets: dict[tuple[str, int], int],
+    def save(self, model: str, learner: OnlineLearner, offsets: Offsets,
              event_count: int, aux: dict | None = None, labels_learned: int = 0) -> dict:
         """Write a checkpoint durably; returns its manifest (the ModelCheckpoint
         header). ``aux``: arrays kept with the state (events awaiting labels);
@@ -86,7 +87,7 @@ class CheckpointStore:
             "model": model,
             "event_count": int(event_count),
             "labels_learned": int(labels_learned),
-            "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())],
+            "offsets": offsets_records(offsets),
             "schema_version": SCHEMA_VERSION,
             "source": self.source,
         }

@@ -33,6 +33,8 @@ import numpy as np
 from learners import OnlineLearner
 from learners.state import LearnerState, StateFileError, load_state, load_state_with_aux, save_state
 
+from pipelines.kafka.offsets import offsets_from_records
+
 from .checkpoints import _safe
 from . import store as fs
 from .store import verify, write_durably
@@ -67,7 +69,7 @@ class Cut:
         self.learned = int(head["learned"])
         self.source: dict | None = head.get("source")
         self.scalars = dict(head["scalars"])
-        self.offsets = {(o["topic"], int(o["partition"])): int(o["offset"]) for o in head["offsets"]}
+        self.offsets = offsets_from_records(head["offsets"])
 
     def shard(self, s: int) -> tuple[np.ndarray, LearnerState, dict]:
         """(global coordinates, state, header) of shard ``s``'s part."""

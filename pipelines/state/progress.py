@@ -31,30 +31,21 @@ from __future__ import annotations
 
 import time
 
+from pipelines.kafka.offsets import Offsets, Stream, offsets_records, offsets_from_records, lowest_offsets
+
 from . import store as fs
 from .store import write_json_durably
 
 FOLDER = ".progress"
 
-Stream = tuple[str, int]
-
-
 def _folder(checkpoint_dir: str) -> str:
     return fs.join(checkpoint_dir, FOLDER)
-
-
-def _encode(offsets: dict[Stream, int]) -> list:
-    return [{"topic": t, "partition": p, "offset": int(o)} for (t, p), o in sorted(offsets.items())]
-
-
-def _decode(entries: list) -> dict[Stream, int]:
-    return {(e["topic"], int(e["partition"])): int(e["offset"]) for e in entries}
 
 
 def write_run_start(checkpoint_dir: str, starts: dict[Stream, int]) -> None:
     fs.makedirs(_folder(checkpoint_dir))
     write_json_durably(fs.join(_folder(checkpoint_dir), "run-start.json"),
-                       {"written_ns": time.time_ns(), "offsets": _encode(starts)})
+                       {"written_ns": time.time_ns(), "offsets": offsets_records(starts)})
 
 
 def _sequenced_name(stream: Stream) -> str:
@@ -69,19 +60,16 @@ def write_sequenced(checkpoint_dir: str, stream: Stream, end: int, models: list[
                         "models": list(models)})
 
 
-def restart_offsets(checkpoint_dir: str, covered: dict[str, dict[Stream, int]]) -> dict[Stream, int]:
+def restart_offsets(checkpoint_dir: str, covered: dict[str, Offsets]) -> Offsets:
     """Per partition, the offset a restart reads from, given each model's
     newest checkpoint's covered offsets (``covered``: model -> offsets)."""
     folder = _folder(checkpoint_dir)
     start = fs.read_json(fs.join(folder, "run-start.json"))
-    lowest: dict[Stream, int] = {}
-    for offsets in covered.values():
-        for stream, offset in offsets.items():
-            lowest[stream] = min(offset, lowest.get(stream, offset))
+    lowest = lowest_offsets(covered.values())
     if start is None:
         return lowest
-    out = {}
-    for stream, run_start in _decode(start["offsets"]).items():
+    out: Offsets = {}
+    for stream, run_start in offsets_from_records(start["offsets"]).items():
         record = fs.read_json(fs.join(folder, _sequenced_name(stream)))
         if record is None or record["written_ns"] <= start["written_ns"]:
             out[stream] = min(run_start, lowest.get(stream, run_start))

@@ -19,6 +19,8 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
+from pipelines.kafka.offsets import Offsets, lowest_offsets
+
 from . import store as fs
 from .checkpoints import CheckpointStore
 from .cuts import CutStore
@@ -35,29 +37,20 @@ class Saved(NamedTuple):
     """One model's state on disk, as far as resuming is concerned."""
     path: str
     source: dict | None
-    offsets: dict[tuple[str, int], int]
+    offsets: Offsets
 
 
 class ResumePoint(NamedTuple):
     models: dict[str, int]
     """Model -> the event count (exact) or sequence number (sharded) of the state it restarts from."""
-    starts: dict[tuple[str, int], int]
-    """(topic, partition) -> first offset to read (absent: the default start)."""
+    starts: Offsets
+    """First offset to read per stream (absent: the default start)."""
     saved: list = []
     """The :class:`Saved` states the run would resume from (checked by :func:`check_resume`)."""
 
     def starts_of(self, topic: str) -> dict[int, int]:
         """Partition of ``topic`` -> first offset to read."""
         return {p: offset for (t, p), offset in self.starts.items() if t == topic}
-
-
-def earliest(saved: list[Saved]) -> dict[tuple[str, int], int]:
-    """Per (topic, partition), the smallest next-offset over the saved states."""
-    starts: dict[tuple[str, int], int] = {}
-    for s in saved:
-        for stream, offset in s.offsets.items():
-            starts[stream] = min(offset, starts.get(stream, offset))
-    return starts
 
 
 def resume_exact(checkpoint_dir: str | None, topic: str) -> ResumePoint:
@@ -89,7 +82,7 @@ def resume_sharded(checkpoint_dir: str | None, topic: str, n_shards: int) -> Res
             continue
         cuts.append((model, cut))
     saved = [Saved(c.path, c.source, c.offsets) for _, c in cuts]
-    return ResumePoint({m: c.seq for m, c in cuts}, earliest(saved), saved)
+    return ResumePoint({m: c.seq for m, c in cuts}, lowest_offsets(s.offsets for s in saved), saved)
 
 
 def source_of(cluster_id: str, topic: str, topic_id: str, partitions: int) -> dict:
