@@ -130,6 +130,15 @@ _NUMPY_GLOBALS = {(m, n) for base in ("numpy._core", "numpy.core")
                                (f"{base}.multiarray", "scalar"))} | {("numpy", "dtype"), ("numpy", "ndarray")}
 
 
+# Classes kept in Beam state that have since moved to another module:
+# state bytes written before the move (a savepoint of an earlier release)
+# name them where they were. (module then, name) -> module now.
+MOVED = {("pipelines.records.columnar", "EventRows"): "pipelines.records.event_rows",
+         ("pipelines.records.columnar", "ColumnarEvent"): "pipelines.records.event_rows",
+         ("pipelines.records.columnar", "LabelledEvent"): "pipelines.records.event_rows",
+         ("pipelines.records.columnar", "EventColumns"): "pipelines.records.event_columns"}
+
+
 class _AllowedOnly(pickle.Unpickler):
     """Loads only the classes it is given, NumPy arrays and deques: a pickle
     that names any other global (``os.system``, ``builtins.eval``...) is
@@ -143,6 +152,7 @@ class _AllowedOnly(pickle.Unpickler):
         self.persistent_load = shared.__getitem__
 
     def find_class(self, module: str, name: str):
+        module = MOVED.get((module, name), module)
         if (module, name) not in self.allowed:
             raise pickle.UnpicklingError(f"state bytes name {module}.{name}, which is not one of the classes "
                                          f"this state is made of: refused")
