@@ -57,7 +57,7 @@ def pytest_configure(config):
     os.environ[KERNELS_DIR_ENV] = os.path.join(tempfile.gettempdir(), f"scinol-tests-no-kernels-{uuid.uuid4().hex}")
     for name, what in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
-    if _in_ci() and not config.option.durations:
+    if _in_ci() and config.option.durations is None:  # 0 asks for every test's
         config.option.durations = 25  # CI has a time budget: show where it goes
 
 
