@@ -150,22 +150,35 @@ class FlinkSessionCluster:
             from pipelines.provision.flink import DEFAULT_FLINK_VERSION, provision_flink
 
             self.flink_home = provision_flink(self.flink_version or DEFAULT_FLINK_VERSION)
-        self.dir = Path(tempfile.mkdtemp(prefix="scinol-flink-"))
-        try:
-            self._write_conf()
-            if self.high_availability:
-                self._start_zookeeper()
-            self.jobmanager = self._spawn("jobmanager", ["jobmanager.sh", "start-foreground"])
-            self.jobmanager_starts = 1
-            ids = [self._start_taskmanager() for _ in range(self.taskmanagers_wanted)]
-            if self.with_worker_pool:
-                self._start_worker_pool()
-            self._wait_registered(ids, self.startup_timeout)
-        except BaseException:
-            self.stop()
-            raise
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            try:
+                self._start_once()
+                break
+            except FlinkClusterError as exc:
+                self.stop()
+                # A free port is found by binding and letting go; another
+                # process may take it before the JVM binds it. Choose again.
+                chosen = "rest.port" not in self.extra_conf
+                if attempt == BIND_ATTEMPTS or not chosen or "java.net.BindException" not in str(exc):
+                    raise
+            except BaseException:
+                self.stop()
+                raise
         self.started_in = time.monotonic() - began
         return self
+
+    def _start_once(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="scinol-flink-"))
+        self._next_tm = 0
+        self._write_conf()
+        if self.high_availability:
+            self._start_zookeeper()
+        self.jobmanager = self._spawn("jobmanager", ["jobmanager.sh", "start-foreground"])
+        self.jobmanager_starts = 1
+        ids = [self._start_taskmanager() for _ in range(self.taskmanagers_wanted)]
+        if self.with_worker_pool:
+            self._start_worker_pool()
+        self._wait_registered(ids, self.startup_timeout)
 
     def stop(self, timeout: float = 30.0) -> None:
         """TaskManagers first, then the JobManager: SIGTERM, then SIGKILL after ``timeout``."""
@@ -461,6 +474,10 @@ def _terminate(procs: list, timeout: float) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+BIND_ATTEMPTS = 3
+"""Starts tried when a port chosen for the cluster was taken before the JVM bound it."""
 
 
 def _free_port() -> int:

@@ -3,6 +3,7 @@ with -9 and another added, and down with no JVM left behind."""
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
@@ -83,3 +84,23 @@ def test_startup_failure_names_the_cause_and_leaves_nothing(flink_home):
 def test_rejects_an_empty_cluster():
     with pytest.raises(ValueError, match="at least 1 TaskManager"):
         FlinkSessionCluster(taskmanagers=0)
+
+
+def test_a_port_taken_before_the_jobmanager_binds_it_is_chosen_again(flink_home, monkeypatch):
+    """A free port is found by binding and letting go, so another process may
+    take it before the JVM binds it (it happened in CI: the REST port).
+    Here the first port handed out is held by the test: that start fails
+    with a BindException, and the cluster starts again on other ports."""
+    from pipelines.runners import flink_cluster
+
+    taken = socket.socket()
+    taken.bind((flink_cluster.HOST, 0))
+    taken.listen()
+    held, real, handed = taken.getsockname()[1], flink_cluster._free_port, []
+    monkeypatch.setattr(flink_cluster, "_free_port", lambda: handed.append(1) or (held if len(handed) == 1 else real()))
+    try:
+        with FlinkSessionCluster(taskmanagers=1, flink_home=flink_home) as cluster:
+            assert cluster.rest_port != held  # the first start had it (the REST port is chosen first)
+            assert [tm["id"] for tm in cluster.registered_taskmanagers()] == ["scinol-tm-0"]
+    finally:
+        taken.close()
